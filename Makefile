@@ -1,0 +1,33 @@
+# Two commands for a fresh clone: `make test` (and, once it lands, `make demo`).
+PYTHON ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+
+.PHONY: test lint typecheck imports unit install clean
+
+$(BIN)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[dev]'
+	touch $@
+
+install: $(BIN)/.installed
+
+lint: install
+	$(BIN)/ruff check src tests bench migrations
+	$(BIN)/ruff format --check src tests bench migrations
+
+typecheck: install
+	$(BIN)/mypy --strict src
+
+imports: install
+	$(BIN)/lint-imports
+
+test: lint typecheck imports
+	$(BIN)/pytest -q
+
+unit: install
+	$(BIN)/pytest -q tests/unit
+
+clean:
+	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

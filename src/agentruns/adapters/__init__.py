@@ -1,0 +1,1 @@
+"""Implementations of the ports: PostgreSQL, memory (shipped for tests), Kubernetes, clocks."""

@@ -1,0 +1,1 @@
+"""The Kubernetes adapter: agent-sandbox SandboxClaim objects."""

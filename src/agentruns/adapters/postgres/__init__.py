@@ -1,0 +1,1 @@
+"""The PostgreSQL adapters: SQLAlchemy Core on psycopg 3, async."""

@@ -1,0 +1,1 @@
+"""Use cases over ports, the composition root, and the entry points."""

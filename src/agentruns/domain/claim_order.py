@@ -1,0 +1,81 @@
+"""The claim order, as one pure function the SQL claim must agree with.
+
+Offered are the subject heads: for each subject with no LEASED run, its QUEUED run first in queue
+order, if that run is due and its workspace is active and not under a budget hold. A subject's
+later runs wait behind its head, so a subject's runs are claimed in the order they were queued.
+
+Heads are taken in the order of :func:`claim_key`: effective band (with aging), then the load of
+the workspace, then age (oldest due first), then queue order. The load is the workspace's leased
+runs plus the heads of the same workspace taken before this one, so a batch claim spreads over
+workspaces just as the same number of single claims would.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable, Mapping, Set
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from agentruns.domain.bands import Band, effective_band
+from agentruns.domain.run import AgentRun
+from agentruns.domain.states import AgentRunState
+
+ClaimKey = tuple[int, int, datetime, int]
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimContext:
+    """What the order depends on besides the runs: the time, aging, and workspace facts."""
+
+    now: datetime
+    band_aging: timedelta
+    leased_per_workspace: Mapping[str, int]
+    excluded_workspaces: Set[str] = frozenset()
+
+
+def subject_heads(runs: Iterable[AgentRun]) -> list[AgentRun]:
+    """Per subject with no LEASED run, its first QUEUED run in queue order."""
+    leased_subjects: set[str] = set()
+    heads: dict[str, AgentRun] = {}
+    for run in runs:
+        if run.state is AgentRunState.LEASED:
+            leased_subjects.add(run.subject)
+        elif run.state is AgentRunState.QUEUED:
+            head = heads.get(run.subject)
+            if head is None or run.seq < head.seq:
+                heads[run.subject] = run
+    return [run for subject, run in heads.items() if subject not in leased_subjects]
+
+
+def is_offered(run: AgentRun, context: ClaimContext) -> bool:
+    return run.due_at <= context.now and run.workspace not in context.excluded_workspaces
+
+
+def claim_order(runs: Iterable[AgentRun], context: ClaimContext) -> list[AgentRun]:
+    """Every run a claim may take, first to take first (see the module docstring)."""
+    offered = [run for run in subject_heads(runs) if is_offered(run, context)]
+    offered.sort(key=lambda run: _within_workspace_key(run, context))
+    taken_before: defaultdict[str, int] = defaultdict(int)
+    keyed: list[tuple[ClaimKey, AgentRun]] = []
+    for run in offered:
+        load = context.leased_per_workspace.get(run.workspace, 0) + taken_before[run.workspace]
+        taken_before[run.workspace] += 1
+        keyed.append((claim_key(run, context, load), run))
+    keyed.sort(key=lambda pair: pair[0])
+    return [run for _, run in keyed]
+
+
+def next_claims(runs: Iterable[AgentRun], context: ClaimContext, limit: int) -> list[AgentRun]:
+    """The runs a claim of up to ``limit`` takes: at most one per subject, in claim order."""
+    return claim_order(runs, context)[: max(limit, 0)]
+
+
+def claim_key(run: AgentRun, context: ClaimContext, load: int) -> ClaimKey:
+    band = effective_band(run.band, run.due_at, context.now, context.band_aging)
+    return (int(band), load, run.due_at, run.seq)
+
+
+def _within_workspace_key(run: AgentRun, context: ClaimContext) -> tuple[str, int, datetime, int]:
+    band: Band = effective_band(run.band, run.due_at, context.now, context.band_aging)
+    return (run.workspace, int(band), run.due_at, run.seq)

@@ -1,0 +1,95 @@
+"""The one exception root of agentruns, and its tree.
+
+::
+
+    AgentRunsError
+    ├── InvalidRequest               bad input refused before anything is written
+    │   ├── UnknownKind              no run kind registered under that name
+    │   ├── InvalidPayload           the payload is not a JSON object
+    │   └── InvalidBand              no such band
+    ├── IllegalTransition            the state table does not allow the move
+    ├── RunNotFound                  no run with that id
+    ├── LeaseLost                    the fence is stale or its lease has expired
+    │   ├── StaleEpoch               a newer claim took the run
+    │   └── LeaseExpired             the lease's leased_until has passed
+    ├── RetryBudgetExhausted         continuing would spend more attempts than the kind allows
+    ├── SandboxError                 sandbox rows, claims and tokens
+    │   ├── SandboxNotLive           the sandbox is DELETING or gone
+    │   └── InvalidToken             a token that is missing, forged, expired or revoked
+    └── StoreUnavailable             the database could not be reached or answered with an error
+
+Adapters translate their driver's errors into this tree (``raise ... from exc``), and the memory
+and PostgreSQL adapters raise the same exception for the same conflict.
+"""
+
+from __future__ import annotations
+
+
+class AgentRunsError(Exception):
+    """Root of every error agentruns raises on purpose."""
+
+
+class InvalidRequest(AgentRunsError, ValueError):
+    """The request was refused before anything was written."""
+
+
+class UnknownKind(InvalidRequest):
+    """No run kind is registered under the given name."""
+
+    def __init__(self, kind: str) -> None:
+        super().__init__(f"unknown run kind {kind!r}: register it before enqueueing")
+        self.kind = kind
+
+
+class InvalidPayload(InvalidRequest):
+    """The payload is not a JSON object (a mapping of strings to JSON values)."""
+
+
+class InvalidBand(InvalidRequest):
+    """The band is not one of INTERACTIVE, BATCH, BACKGROUND."""
+
+
+class IllegalTransition(AgentRunsError):
+    """The state table refuses the requested move."""
+
+    def __init__(self, source: object, target: object, detail: str = "") -> None:
+        message = f"illegal transition {source} -> {target}"
+        super().__init__(f"{message}: {detail}" if detail else message)
+        self.source = source
+        self.target = target
+
+
+class RunNotFound(AgentRunsError, LookupError):
+    """No run carries the given id."""
+
+
+class LeaseLost(AgentRunsError):
+    """The holder's fence no longer holds the run; it must stop without settling."""
+
+
+class StaleEpoch(LeaseLost):
+    """A newer claim (or an end) took the run from this fence's epoch."""
+
+
+class LeaseExpired(LeaseLost):
+    """The fence's epoch is current but its lease ran out; the reaper may take it back."""
+
+
+class RetryBudgetExhausted(AgentRunsError):
+    """The kind's retry budget does not allow another attempt."""
+
+
+class SandboxError(AgentRunsError):
+    """A sandbox row, claim or token was refused."""
+
+
+class SandboxNotLive(SandboxError):
+    """The sandbox is being deleted or no longer exists."""
+
+
+class InvalidToken(SandboxError):
+    """A sandbox token that is missing, forged, expired or revoked."""
+
+
+class StoreUnavailable(AgentRunsError):
+    """The run store could not be reached, or failed in a way the caller cannot fix."""

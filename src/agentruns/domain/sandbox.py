@@ -1,0 +1,102 @@
+"""Sandbox states and the take-back rules of the sandbox reaper, as pure predicates."""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from uuid import UUID
+
+from agentruns.domain.errors import IllegalTransition
+
+
+class SandboxState(enum.StrEnum):
+    REQUESTED = "requested"
+    READY = "ready"
+    DELETING = "deleting"
+
+
+SANDBOX_TRANSITIONS: dict[SandboxState, frozenset[SandboxState]] = {
+    SandboxState.REQUESTED: frozenset({SandboxState.READY, SandboxState.DELETING}),
+    SandboxState.READY: frozenset({SandboxState.DELETING}),
+    SandboxState.DELETING: frozenset(),
+}
+
+LIVE_SANDBOX_STATES = frozenset({SandboxState.REQUESTED, SandboxState.READY})
+
+
+def check_sandbox_move(source: SandboxState, target: SandboxState) -> None:
+    if target not in SANDBOX_TRANSITIONS[source]:
+        raise IllegalTransition(source, target)
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxTimings:
+    """How long a sandbox may take to start, and stay idle (longer for a conversation)."""
+
+    start: timedelta = timedelta(minutes=2)
+    idle: timedelta = timedelta(minutes=1)
+    conversation_idle: timedelta = timedelta(minutes=15)
+
+
+@dataclass(frozen=True, slots=True)
+class AgentSandbox:
+    id: UUID
+    kind: str
+    workspace: str
+    subject: str
+    state: SandboxState
+    requested_at: datetime
+    shutdown_at: datetime
+    claim_name: str
+    conversation: bool = False
+    ready_at: datetime | None = None
+    last_used_at: datetime | None = None
+
+    @property
+    def is_live(self) -> bool:
+        return self.state in LIVE_SANDBOX_STATES
+
+
+class TakeBackCause(enum.StrEnum):
+    SHUTDOWN = "shutdown"
+    NOT_STARTED = "not_started"
+    IDLE = "idle"
+
+
+def shutdown_passed(sandbox: AgentSandbox, now: datetime) -> bool:
+    return sandbox.shutdown_at <= now
+
+
+def not_started(sandbox: AgentSandbox, now: datetime, timings: SandboxTimings) -> bool:
+    """It has not called the gateway within ``start`` of its request."""
+    return sandbox.state is SandboxState.REQUESTED and sandbox.requested_at + timings.start <= now
+
+
+def idle(
+    sandbox: AgentSandbox, now: datetime, timings: SandboxTimings, *, subject_has_work: bool
+) -> bool:
+    """Its subject has no queued or leased run, and it leased none for its idle limit.
+
+    The idle clock starts at its last lease, else at its first call, else at its request.
+    """
+    if subject_has_work:
+        return False
+    limit = timings.conversation_idle if sandbox.conversation else timings.idle
+    since = sandbox.last_used_at or sandbox.ready_at or sandbox.requested_at
+    return since + limit <= now
+
+
+def take_back_cause(
+    sandbox: AgentSandbox, now: datetime, timings: SandboxTimings, *, subject_has_work: bool
+) -> TakeBackCause | None:
+    """Why the sandbox reaper takes a live sandbox back now, or ``None`` to leave it."""
+    if not sandbox.is_live:
+        return None
+    if shutdown_passed(sandbox, now):
+        return TakeBackCause.SHUTDOWN
+    if not_started(sandbox, now, timings):
+        return TakeBackCause.NOT_STARTED
+    if idle(sandbox, now, timings, subject_has_work=subject_has_work):
+        return TakeBackCause.IDLE
+    return None

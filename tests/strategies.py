@@ -1,0 +1,77 @@
+"""Shared hypothesis strategies: the one place tests draw runs, times and failures from."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from uuid import UUID
+
+from hypothesis import strategies as st
+
+from agentruns.domain.backoff import Backoff
+from agentruns.domain.bands import Band
+from agentruns.domain.run import AgentRun
+from agentruns.domain.states import AgentRunState
+
+EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
+
+bands = st.sampled_from(list(Band))
+states = st.sampled_from(list(AgentRunState))
+workspaces = st.sampled_from(["ws-a", "ws-b", "ws-c", "ws-d"])
+subjects = st.sampled_from([f"review:{n}" for n in range(8)])
+offsets = st.integers(min_value=0, max_value=4 * 3600).map(lambda s: timedelta(seconds=s))
+instants = offsets.map(lambda offset: EPOCH + offset)
+agings = st.integers(min_value=1, max_value=3600).map(lambda s: timedelta(seconds=s))
+attempts = st.integers(min_value=0, max_value=20)
+
+
+@st.composite
+def backoffs(draw: st.DrawFn) -> Backoff:
+    base = draw(st.integers(min_value=0, max_value=120))
+    cap = draw(st.integers(min_value=base, max_value=3600))
+    return Backoff(
+        base=timedelta(seconds=base),
+        cap=timedelta(seconds=cap),
+        multiplier=draw(st.floats(min_value=1.0, max_value=4.0)),
+        jitter=draw(st.floats(min_value=0.0, max_value=1.0)),
+    )
+
+
+@st.composite
+def runs(draw: st.DrawFn, seq: int, state: AgentRunState | None = None) -> AgentRun:
+    chosen = draw(states) if state is None else state
+    due = draw(instants)
+    epoch = draw(st.integers(min_value=0, max_value=5))
+    if chosen is AgentRunState.LEASED:
+        epoch = max(epoch, 1)
+    return AgentRun(
+        id=UUID(int=seq + 1),
+        kind="review",
+        workspace=draw(workspaces),
+        subject=draw(subjects),
+        band=draw(bands),
+        payload={},
+        state=chosen,
+        epoch=epoch,
+        attempt=0,
+        seq=seq,
+        enqueued_at=EPOCH,
+        due_at=due,
+        leased_until=due + timedelta(minutes=5) if chosen is AgentRunState.LEASED else None,
+        holder="worker" if chosen is AgentRunState.LEASED else None,
+    )
+
+
+@st.composite
+def populations(draw: st.DrawFn, max_size: int = 30) -> list[AgentRun]:
+    """Runs with unique ids and queue order, at most one LEASED per subject."""
+    size = draw(st.integers(min_value=0, max_value=max_size))
+    drawn = [draw(runs(seq)) for seq in range(size)]
+    leased: set[str] = set()
+    population: list[AgentRun] = []
+    for run in drawn:
+        if run.state is AgentRunState.LEASED:
+            if run.subject in leased:
+                continue
+            leased.add(run.subject)
+        population.append(run)
+    return population
