@@ -40,19 +40,20 @@ def queued(**changes: object) -> r.AgentRun:
         seq=1,
         enqueued_at=EPOCH,
         due_at=EPOCH,
+        lease=LEASE,
     )
     return replace(run, **changes)  # type: ignore[arg-type]
 
 
 def leased(epoch: int = 1, attempt: int = 0) -> r.AgentRun:
     return queued(epoch=epoch - 1, attempt=attempt).apply(
-        r.claim(queued(epoch=epoch - 1, attempt=attempt), holder="w1", now=NOW, lease=LEASE)
+        r.claim(queued(epoch=epoch - 1, attempt=attempt), holder="w1", now=NOW)
     )
 
 
 def test_a_claim_takes_the_next_epoch_and_spends_no_attempt() -> None:
     run = queued(epoch=2, attempt=1)
-    after = run.apply(r.claim(run, holder="w1", now=NOW, lease=LEASE))
+    after = run.apply(r.claim(run, holder="w1", now=NOW))
     assert (after.state, after.epoch, after.attempt) == (AgentRunState.LEASED, 3, 1)
     assert after.leased_until == NOW + LEASE
     assert after.holder == "w1"
@@ -60,13 +61,13 @@ def test_a_claim_takes_the_next_epoch_and_spends_no_attempt() -> None:
 
 def test_a_leased_or_ended_run_cannot_be_claimed() -> None:
     with pytest.raises(IllegalTransition):
-        r.claim(leased(), holder="w2", now=NOW, lease=LEASE)
+        r.claim(leased(), holder="w2", now=NOW)
 
 
 def test_a_renewal_pushes_the_lease_and_keeps_the_epoch() -> None:
     run = leased()
     later = NOW + timedelta(seconds=20)
-    after = run.apply(r.renew(run, run.fence, now=later, lease=LEASE))
+    after = run.apply(r.renew(run, run.fence, now=later))
     assert after.leased_until == later + LEASE
     assert after.epoch == run.epoch
 
@@ -75,13 +76,13 @@ def test_a_stale_epoch_is_refused() -> None:
     run = leased(epoch=3)
     stale = r.AgentRunFence(run.id, run.workspace, 2)
     with pytest.raises(StaleEpoch):
-        r.renew(run, stale, now=NOW, lease=LEASE)
+        r.renew(run, stale, now=NOW)
 
 
 def test_an_expired_lease_is_refused_whatever_its_epoch() -> None:
     run = leased()
     with pytest.raises(LeaseExpired):
-        r.renew(run, run.fence, now=NOW + LEASE, lease=LEASE)
+        r.renew(run, run.fence, now=NOW + LEASE)
 
 
 def test_a_fence_of_another_run_is_refused() -> None:
@@ -94,7 +95,7 @@ def test_an_ended_run_refuses_its_last_holder() -> None:
     run = leased()
     ended = run.apply(r.end(run, TerminationReason.CANCELLED, now=NOW, fence=None))
     with pytest.raises(StaleEpoch):
-        r.renew(ended, run.fence, now=NOW, lease=LEASE)
+        r.renew(ended, run.fence, now=NOW)
 
 
 def test_an_end_records_its_reason_and_time() -> None:
@@ -114,7 +115,7 @@ def test_an_ended_run_never_moves_again() -> None:
     with pytest.raises(IllegalTransition):
         r.end(ended, TerminationReason.COMPLETED, now=NOW, fence=None)
     with pytest.raises(IllegalTransition):
-        r.claim(ended, holder="w", now=NOW, lease=LEASE)
+        r.claim(ended, holder="w", now=NOW)
 
 
 def test_a_charged_requeue_spends_an_attempt_and_an_uncharged_one_does_not() -> None:

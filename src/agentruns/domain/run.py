@@ -54,6 +54,8 @@ class AgentRun:
     ``epoch`` grows by one with each claim and nothing else changes it. ``attempt`` counts the
     attempts that spent the kind's retry budget: a lost (taken back) lease or a charged requeue.
     ``seq`` is the queue order, fixed at enqueue: a requeued run keeps its place in its subject.
+    ``lease`` is the kind's lease length when the run was enqueued; claims and renewals lease
+    until ``now + lease``.
     """
 
     id: UUID
@@ -68,6 +70,7 @@ class AgentRun:
     seq: int
     enqueued_at: datetime
     due_at: datetime
+    lease: timedelta = timedelta(seconds=30)
     deadline_at: datetime | None = None
     leased_until: datetime | None = None
     holder: str | None = None
@@ -139,22 +142,23 @@ def check_fence(run: AgentRun, fence: AgentRunFence, now: datetime) -> None:
         raise LeaseExpired(f"the lease of run {run.id} at epoch {run.epoch} has expired")
 
 
-def claim(run: AgentRun, *, holder: str, now: datetime, lease: timedelta) -> RunChange:
-    """QUEUED -> LEASED under the next epoch. A claim spends no attempt."""
+def claim(run: AgentRun, *, holder: str, now: datetime) -> RunChange:
+    """QUEUED -> LEASED under the next epoch, until ``now + run.lease``. A claim spends no
+    attempt."""
     _require(run, AgentRunState.QUEUED, AgentRunState.LEASED)
     return replace(
         run.changed(),
         state=AgentRunState.LEASED,
         epoch=run.epoch + 1,
-        leased_until=now + lease,
+        leased_until=now + run.lease,
         holder=holder,
     )
 
 
-def renew(run: AgentRun, fence: AgentRunFence, *, now: datetime, lease: timedelta) -> RunChange:
-    """LEASED -> LEASED with the lease pushed to ``now + lease``; the fence must be current."""
+def renew(run: AgentRun, fence: AgentRunFence, *, now: datetime) -> RunChange:
+    """LEASED -> LEASED with the lease pushed to ``now + run.lease``; the fence must be current."""
     check_fence(run, fence, now)
-    return replace(run.changed(), leased_until=now + lease)
+    return replace(run.changed(), leased_until=now + run.lease)
 
 
 def end(

@@ -1,0 +1,111 @@
+"""Run kinds: what a host registers so agentruns can lease, run and take back its work.
+
+A kind is its :class:`~agentruns.domain.kinds.RunKindPolicy` (lease, retry budget, backoff,
+deadline), an :class:`AgentRunHandler` that keeps the kind's own domain row agreeing with its run,
+and its steps. Steps are an async generator over the run: each yielded :class:`StepEvent` is a
+step boundary, where the worker renews the lease and only then persists the event.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Callable, Iterable
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from agentruns.app.ports import BudgetHold, Transaction
+from agentruns.domain.errors import UnknownKind
+from agentruns.domain.kinds import RunKindPolicy
+from agentruns.domain.payload import JsonObject
+from agentruns.domain.run import AgentRun, RunChange
+
+
+@dataclass(frozen=True, slots=True)
+class StepEvent:
+    """What one step did, persisted in the run's event log after the lease was renewed."""
+
+    type: str
+    data: JsonObject = field(default_factory=dict)
+
+
+Steps = Callable[[AgentRun], AsyncIterator[StepEvent]]
+
+
+class AgentRunHandler(Protocol):
+    """The kind's hooks into its own domain row, called inside agentruns' transactions.
+
+    Lock order everywhere is the domain row, then its run: agentruns calls
+    :meth:`lock_domain_row` before it locks the run for a take-back, a cancel or an end.
+    """
+
+    async def lock_domain_row(self, tx: Transaction, run: AgentRun) -> None:
+        """Lock the kind's row of ``run`` until the transaction ends."""
+        ...
+
+    async def on_take_back(self, tx: Transaction, run: AgentRun, change: RunChange) -> None:
+        """The reaper is taking ``run`` back: move the domain row while the run still reads as
+        its lost holder left it. ``change`` is what the take-back will write."""
+        ...
+
+    async def on_moved(self, tx: Transaction, before: AgentRun | None, after: AgentRun) -> None:
+        """The run moved (enqueued, claimed, requeued, ended) in this transaction."""
+        ...
+
+    async def check_budget(self, tx: Transaction, run: AgentRun) -> BudgetHold | None:
+        """At claim time: a hold rolls the claim back (no epoch or attempt spent) and the
+        workspace's runs wait until it ends."""
+        ...
+
+
+class NoDomainRow(AgentRunHandler):
+    """The handler of a kind with no domain row of its own and no budget."""
+
+    async def lock_domain_row(self, tx: Transaction, run: AgentRun) -> None:
+        return None
+
+    async def on_take_back(self, tx: Transaction, run: AgentRun, change: RunChange) -> None:
+        return None
+
+    async def on_moved(self, tx: Transaction, before: AgentRun | None, after: AgentRun) -> None:
+        return None
+
+    async def check_budget(self, tx: Transaction, run: AgentRun) -> BudgetHold | None:
+        return None
+
+
+@dataclass(frozen=True, slots=True)
+class RunKind:
+    """A registered kind: its policy, its handler and its steps."""
+
+    policy: RunKindPolicy
+    steps: Steps
+    handler: AgentRunHandler = field(default_factory=NoDomainRow)
+
+    @property
+    def name(self) -> str:
+        return self.policy.name
+
+
+class RunKinds:
+    """The registry of kinds; built at composition time, read-only while workers run."""
+
+    def __init__(self, kinds: Iterable[RunKind] = ()) -> None:
+        self._kinds: dict[str, RunKind] = {}
+        for kind in kinds:
+            self.register(kind)
+
+    def register(self, kind: RunKind) -> None:
+        if kind.name in self._kinds:
+            raise ValueError(f"run kind {kind.name!r} is registered twice")
+        self._kinds[kind.name] = kind
+
+    def get(self, name: str) -> RunKind:
+        try:
+            return self._kinds[name]
+        except KeyError:
+            raise UnknownKind(name) from None
+
+    def names(self) -> list[str]:
+        return sorted(self._kinds)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._kinds

@@ -1,0 +1,223 @@
+"""The ports: what the use cases need of the world, as async Protocols.
+
+Adapters subclass these explicitly (``class PostgresRunStore(RunStore)``) so mypy checks them. A
+:class:`Transaction` is opaque to the app: it is opened by a :class:`TransactionScope` and handed
+back to the stores of the same adapter family, which know what it holds (a connection for
+PostgreSQL, an undo log for memory). Every store method runs inside the transaction it is given
+and commits nothing itself.
+
+Time: stores decide on their own clock (the database clock for PostgreSQL, unless a test pins a
+:class:`Clock`), so a use case never compares times it read in Python with times in a row.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from contextlib import AbstractAsyncContextManager
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from typing import Protocol
+from uuid import UUID
+
+from agentruns.domain.bands import Band
+from agentruns.domain.payload import JsonObject
+from agentruns.domain.run import AgentRun, AgentRunFence
+from agentruns.domain.termination import TerminationReason
+
+
+class Clock(Protocol):
+    """Where adapters read the time. Only clock adapters read the system clock."""
+
+    def now(self) -> datetime: ...
+
+
+class Transaction(Protocol):
+    """An open unit of work. Stores of the adapter family that opened it know its insides."""
+
+
+class TransactionScope(Protocol):
+    """Opens transactions: committed when the block exits normally, rolled back on an error."""
+
+    def transaction(self) -> AbstractAsyncContextManager[Transaction]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class NewRun:
+    """A run to insert, already validated by :class:`agentruns.app.runs.AgentRuns`.
+
+    ``due_at=None`` means due now (on the store's clock); ``epoch``, ``attempt`` and ``continues``
+    are set only when a run continues an ended one.
+    """
+
+    id: UUID
+    kind: str
+    workspace: str
+    subject: str
+    band: Band
+    payload: JsonObject
+    lease: timedelta
+    due_at: datetime | None = None
+    deadline_at: datetime | None = None
+    deadline_after: timedelta | None = None
+    epoch: int = 0
+    attempt: int = 0
+    continues: UUID | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class ClaimRequest:
+    """What a claimer asks for: up to ``limit`` runs, at most one per subject, in claim order.
+
+    ``kinds`` restricts the kinds offered (``None``: every kind); ``subject`` restricts the claim
+    to one subject (a sandbox's ``claim_subject``).
+    """
+
+    holder: str
+    limit: int = 1
+    kinds: Sequence[str] | None = None
+    subject: str | None = None
+    band_aging: timedelta = timedelta(minutes=10)
+
+
+@dataclass(frozen=True, slots=True)
+class TakeBack:
+    """How the reaper takes back one expired lease: the kind's budget and this backoff delay."""
+
+    run_id: UUID
+    epoch: int
+    retry_budget: int
+    delay: timedelta
+
+
+@dataclass(frozen=True, slots=True)
+class RunEvent:
+    """One persisted step event of a run; ``seq`` is unique and gapless per run."""
+
+    run_id: UUID
+    seq: int
+    epoch: int
+    type: str
+    data: JsonObject = field(compare=False)
+    created_at: datetime
+
+
+class RunStore(Protocol):
+    """The runs table: named transitions, each applied only if the run is still as expected.
+
+    Fenced writes (``require_current``, ``renew``, ``end`` with a fence, ``requeue``) raise
+    :class:`~agentruns.domain.errors.StaleEpoch` or
+    :class:`~agentruns.domain.errors.LeaseExpired` and write nothing when the fence does not hold;
+    a missing run raises :class:`~agentruns.domain.errors.RunNotFound`.
+    """
+
+    async def now(self, tx: Transaction) -> datetime:
+        """The store's current time (the database clock, or the pinned test clock)."""
+        ...
+
+    async def insert(self, tx: Transaction, new: NewRun) -> AgentRun:
+        """Insert a QUEUED run: the next queue order, ``enqueued_at`` now, and a wake-up
+        notification sent when the transaction commits."""
+        ...
+
+    async def get(self, tx: Transaction, run_id: UUID) -> AgentRun | None: ...
+
+    async def lock(self, tx: Transaction, run_id: UUID) -> AgentRun | None:
+        """Read and lock the run until the transaction ends (``FOR UPDATE``)."""
+        ...
+
+    async def claim(self, tx: Transaction, request: ClaimRequest) -> list[AgentRun]:
+        """Lease up to ``request.limit`` runs in the domain's claim order, each under its next
+        epoch, skipping rows other transactions hold locked."""
+        ...
+
+    async def require_current(self, tx: Transaction, fence: AgentRunFence) -> AgentRun:
+        """Lock the run and check the fence: the lease is held until the transaction ends."""
+        ...
+
+    async def renew(self, tx: Transaction, fence: AgentRunFence) -> AgentRun: ...
+
+    async def end(
+        self, tx: Transaction, run_id: UUID, reason: TerminationReason, fence: AgentRunFence | None
+    ) -> AgentRun:
+        """End the run. With a fence, only its current holder may; without one (a cancel), a
+        QUEUED or LEASED run ends at once. An ENDED run raises IllegalTransition."""
+        ...
+
+    async def requeue(
+        self,
+        tx: Transaction,
+        fence: AgentRunFence,
+        *,
+        charged: bool,
+        delay: timedelta,
+        retry_budget: int,
+    ) -> AgentRun:
+        """LEASED -> QUEUED, due after ``delay``; a charged requeue spends an attempt (refused
+        with RetryBudgetExhausted past ``retry_budget``). Notifies on commit."""
+        ...
+
+    async def expired(self, tx: Transaction, limit: int) -> list[AgentRun]:
+        """LEASED runs whose lease has passed, oldest expiry first, skipping locked rows."""
+        ...
+
+    async def take_back(self, tx: Transaction, take_back: TakeBack) -> AgentRun | None:
+        """Apply the domain's take-back if the run is still LEASED at ``take_back.epoch`` and
+        expired; ``None`` (nothing written) when a renewal or another replica won."""
+        ...
+
+    async def end_overdue(self, tx: Transaction, limit: int) -> list[AgentRun]:
+        """End QUEUED runs past their deadline (DEADLINE_EXCEEDED); return them."""
+        ...
+
+    async def purge(self, tx: Transaction, ended_before: datetime, limit: int) -> int:
+        """Delete up to ``limit`` runs ended before ``ended_before`` (with their events)."""
+        ...
+
+    async def leased_count(self, tx: Transaction, workspace: str) -> int: ...
+
+
+class EventLog(Protocol):
+    """Step events of runs. Appends are fenced: a zombie holder never appends."""
+
+    async def append(
+        self, tx: Transaction, fence: AgentRunFence, type: str, data: JsonObject
+    ) -> RunEvent: ...
+
+    async def list(self, tx: Transaction, run_id: UUID) -> list[RunEvent]: ...
+
+
+@dataclass(frozen=True, slots=True)
+class BudgetHold:
+    """A workspace's budget is held until ``until``: its runs are not offered until then."""
+
+    workspace: str
+    until: datetime
+    reason: str = ""
+
+
+class WorkspaceStore(Protocol):
+    """Workspace facts the claim reads: the active flag and budget holds.
+
+    A workspace that was never written is active and holds no budget.
+    """
+
+    async def set_active(self, tx: Transaction, workspace: str, active: bool) -> None: ...
+
+    async def hold_budget(self, tx: Transaction, hold: BudgetHold) -> None:
+        """Hold the workspace's budget until ``hold.until`` (a later hold replaces it)."""
+        ...
+
+    async def release_budget(self, tx: Transaction, workspace: str) -> None: ...
+
+    async def holds(self, tx: Transaction) -> list[BudgetHold]:
+        """The holds still in force now."""
+        ...
+
+
+class Notifier(Protocol):
+    """Wakes idle claimers when a run is queued (PostgreSQL: NOTIFY on channel ``agent_run``)."""
+
+    async def wait(self, seconds: float) -> bool:
+        """Wait until a run is queued or ``seconds`` pass; True if woken. A poll fallback: the
+        caller claims after either."""
+        ...
