@@ -221,3 +221,14 @@ class Notifier(Protocol):
         """Wait until a run is queued or ``seconds`` pass; True if woken. A poll fallback: the
         caller claims after either."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class Stores:
+    """One adapter family's stores, sharing one transaction scope (what the container builds)."""
+
+    scope: TransactionScope
+    runs: RunStore
+    events: EventLog
+    workspaces: WorkspaceStore
+    notifier: Notifier
