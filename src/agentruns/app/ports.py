@@ -40,6 +40,10 @@ class TransactionScope(Protocol):
 
     def transaction(self) -> AbstractAsyncContextManager[Transaction]: ...
 
+    def savepoint(self, tx: Transaction) -> AbstractAsyncContextManager[None]:
+        """A nested scope in ``tx``: an error inside undoes only what the scope wrote."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class NewRun:
