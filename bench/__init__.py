@@ -1,0 +1,1 @@
+"""Benchmarks and the fault run: measurements anyone can rerun, never timed tests."""

@@ -1,0 +1,1 @@
+"""``python -m bench.throughput``: how fast each job layer drains N pre-enqueued no-op jobs."""

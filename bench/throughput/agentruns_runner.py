@@ -1,0 +1,103 @@
+"""agentruns on PostgreSQL, as a host runs it: ``AgentRuns`` and ``Worker.claim_and_drive``.
+
+Everything that costs is on: every claim is fenced (a new epoch per claim, every write guarded on
+it), fair (the claim orders by effective band with aging, then the workspace with the fewest
+leased runs, then age, one leased run per subject), and every run has one step, whose event is
+persisted after the lease is renewed, before the run ends COMPLETED. Runs are spread over
+``WORKSPACES`` workspaces and ``RUNS_PER_SUBJECT`` runs per subject, so subject FIFO is exercised.
+
+The queue is filled with one ``INSERT ... SELECT`` through the adapter's own table and triggers
+(the bookkeeping trigger keeps the subject heads the claim reads), which is what
+``AgentRuns.enqueue`` writes, N at a time.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import psycopg
+
+from agentruns.adapters.postgres import close_postgres_stores, make_postgres_stores, migrate
+from agentruns.app.kinds import RunKind, RunKinds, StepEvent
+from agentruns.app.runs import AgentRuns
+from agentruns.app.worker import Worker
+from agentruns.domain.kinds import RunKindPolicy
+from agentruns.domain.run import AgentRun
+from agentruns.domain.termination import RunOutcome
+
+KIND = "bench"
+WORKSPACES = 50
+RUNS_PER_SUBJECT = 4
+
+POPULATE = """
+INSERT INTO agent_run (id, kind, workspace, subject, band, payload, state, epoch, attempt,
+                       enqueued_at, due_at, lease)
+SELECT gen_random_uuid(), %(kind)s,
+       'ws-' || (i %% %(workspaces)s), 'subject-' || (i %% %(subjects)s),
+       CASE WHEN i %% 10 = 0 THEN 2 ELSE 1 END, '{}'::jsonb, 'queued', 0, 0,
+       now(), now() - interval '1 second', interval '30 seconds'
+FROM generate_series(1, %(jobs)s) AS i
+ORDER BY i
+"""
+
+
+async def one_step(run: AgentRun) -> AsyncIterator[StepEvent]:
+    """A no-op run with one step: one renewal and one persisted event."""
+    yield StepEvent("step", {})
+
+
+def kinds() -> RunKinds:
+    return RunKinds([RunKind(RunKindPolicy(name=KIND, lease=timedelta(seconds=30)), one_step)])
+
+
+async def prepare(url: str, jobs: int) -> None:
+    await asyncio.to_thread(migrate, url)
+    subjects = max(1, jobs // RUNS_PER_SUBJECT)
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute(
+            POPULATE,
+            {"kind": KIND, "workspaces": WORKSPACES, "subjects": subjects, "jobs": jobs},
+        )
+        await conn.execute("VACUUM ANALYZE")
+
+
+async def drain(url: str, *, claimers: int, batch: int) -> tuple[int, float]:
+    """``claimers`` tasks each claim up to ``batch`` runs and drive them, until none is left."""
+    registry = kinds()
+    stores = make_postgres_stores(url, None, pool_size=claimers * batch + 2)
+    rng = random.Random(0)
+    runs = AgentRuns(stores, registry, rng)
+    workers = [
+        Worker(runs, registry, stores.notifier, rng, holder=f"bench-{n}", concurrency=batch)
+        for n in range(claimers)
+    ]
+
+    async def loop(worker: Worker) -> int:
+        while await worker.claim_and_drive(batch):
+            pass
+        return worker.stats.claimed
+
+    try:
+        # Warm the pool so the clock does not time connection setup.
+        async with stores.scope.transaction():
+            pass
+        clock = asyncio.get_running_loop()
+        started = clock.time()
+        claimed = await asyncio.gather(*(loop(worker) for worker in workers))
+        elapsed = clock.time() - started
+    finally:
+        await close_postgres_stores(stores)
+    completed = sum(worker.stats.outcomes.get(RunOutcome.COMPLETED, 0) for worker in workers)
+    if completed != sum(claimed):
+        raise RuntimeError(f"claimed {sum(claimed)} runs but completed {completed}")
+    return completed, elapsed
+
+
+async def remaining(url: str) -> int:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        cur = await conn.execute("SELECT count(*) FROM agent_run WHERE state <> 'ended'")
+        row = await cur.fetchone()
+    return 0 if row is None else int(row[0])
