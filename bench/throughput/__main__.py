@@ -22,11 +22,10 @@ from datetime import UTC, datetime
 from importlib import metadata
 from pathlib import Path
 
+from bench.results import RESULTS, write_section
 from bench.server import BenchServer, bench_server
 from bench.throughput import agentruns_runner, pgqueuer_runner, procrastinate_runner, raw
 from bench.throughput.report import Row, write_results
-
-RESULTS = Path(__file__).resolve().parents[1] / "RESULTS.md"
 
 Prepare = Callable[[str, int], Awaitable[None]]
 Drain = Callable[[str], Awaitable[tuple[int, float]]]
@@ -247,7 +246,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     print(text)
     if not args.no_write:
-        args.output.write_text(text)
+        write_section("throughput", text, args.output)
         print(f"wrote {args.output}")
     return 0
 

@@ -87,7 +87,7 @@ def write_results(
     raw_single = best.get("raw-single")
     raw_batch = best.get("raw-batch")
     lines = [
-        "# Throughput: N no-op jobs drained, each contender on a fresh database",
+        "## Throughput: N no-op jobs drained, each contender on a fresh database",
         "",
         f"Command: `{command}` (via `make bench`). Written by the run itself; do not edit by hand.",
         "",
@@ -103,7 +103,7 @@ def write_results(
         lines.append(f"- Note: {note}")
     lines += [
         "",
-        "## Results",
+        "### Results",
         "",
         "| contender | setting | jobs/s (median) | min - max | x raw single | x raw batch-10 "
         "| client CPU |",
@@ -122,7 +122,7 @@ def write_results(
         "Client CPU is the bench process's CPU seconds per wall second during the drain "
         "(1.00 = one core busy in Python).",
         "",
-        "## Targets (ratios from this run)",
+        "### Targets (ratios from this run)",
         "",
         "| target | measured | at least | met |",
         "| --- | ---: | ---: | --- |",
@@ -142,7 +142,7 @@ def write_results(
     if swept:
         lines += [
             "",
-            "## Sweep (one drain per setting at N/5; the best was measured above)",
+            "### Sweep (one drain per setting at N/5; the best was measured above)",
             "",
             "| contender | setting | jobs/s |",
             "| --- | --- | ---: |",

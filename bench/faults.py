@@ -1,0 +1,440 @@
+"""``python -m bench.faults`` (``make faults``): lose nothing, double nothing, while things die.
+
+Runs of the ``fault`` kind (see :mod:`bench.fault_worker`) are queued over several workspaces and
+subjects; worker processes drive them while the reaper runs on two replicas. Meanwhile a worker
+is SIGKILLed every few seconds and a fresh one started, the embedded PostgreSQL is stopped and
+started mid-run, and some holders turn zombie (pause past their lease, then write). A sampler
+watches the runs table all along. At the end the run prints and checks:
+
+- runs lost: queued runs that are gone, or neither ended nor waiting to be claimed (must be 0);
+- runs ended, by reason;
+- stale-epoch writes attempted by zombies, and accepted (must be 0), and zombie events persisted;
+- subjects ever seen with two leased runs (must be 0), event epochs going backwards (must be 0);
+- runs queued without a due time (must be 0);
+- worker processes that died on their own, e.g. on a PostgreSQL restart (must be 0);
+- time from a worker's death to each of its runs being leased again.
+
+It exits non-zero on any violation. ``--small`` is the e2e tier's version.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from bench.server import BenchServer, bench_server
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Deterministic scripts per run number i: most succeed; some fail now and then, some for good.
+POPULATE = """
+INSERT INTO agent_run (id, kind, workspace, subject, band, payload, state, epoch, attempt,
+                       enqueued_at, due_at, lease)
+SELECT gen_random_uuid(), 'fault', 'ws-' || (i %% %(workspaces)s),
+       'subject-' || (i %% %(subjects)s), (i %% 3)::smallint,
+       jsonb_build_object(
+           'steps', 1 + i %% 3,
+           'sleep', %(sleep)s * (1 + i %% 4),
+           'fail', CASE i %% 40 WHEN 1 THEN '503' WHEN 2 THEN '429' WHEN 3 THEN '401'
+                                WHEN 4 THEN 'chain-401' WHEN 5 THEN '503'
+                                WHEN 6 THEN 'chain-503' END,
+           'fail_until', CASE i %% 40 WHEN 1 THEN 1 WHEN 2 THEN 2 WHEN 6 THEN 1 ELSE 99 END,
+           'zombie', i %% %(zombie_every)s = 7),
+       'queued', 0, 0, now(), now(), interval '3 seconds'
+FROM generate_series(1, %(runs)s) AS i
+ORDER BY i
+"""
+
+
+@dataclass
+class Config:
+    runs: int = 10_000
+    workspaces: int = 8
+    subjects: int = 2_000
+    workers: int = 4
+    concurrency: int = 8
+    reapers: int = 2
+    kill_every: tuple[float, float] = (3.0, 5.0)
+    max_kills: int | None = None
+    restarts: int = 2
+    restart_at: tuple[float, ...] = (0.3, 0.6)
+    downtime: float = 2.0
+    step_sleep: float = 0.005
+    zombie_every: int = 97
+    timeout: float = 600.0
+    seed: int = 7
+
+
+@dataclass
+class Kill:
+    holder: str
+    at: float
+    runs: dict[str, int]  # run id -> epoch it held at the kill
+    released: dict[str, float] = field(default_factory=dict)  # run id -> seconds to re-lease
+    ended: set[str] = field(default_factory=set)
+
+
+@dataclass
+class Proc:
+    role: str
+    holder: str
+    popen: subprocess.Popen[bytes]
+    killed: bool = False
+
+
+class FaultRun:
+    def __init__(self, server: BenchServer, url: str, config: Config, folder: Path) -> None:
+        self.server = server
+        self.url = url
+        self.config = config
+        self.folder = folder
+        self.rng = random.Random(config.seed)
+        self.procs: list[Proc] = []
+        self.generation = 0
+        self.kills: list[Kill] = []
+        self.doubles: set[str] = set()
+        self.samples = 0
+        self.crashes: list[str] = []
+        self.restarts_done: list[float] = []
+        self.started = time.monotonic()
+        self.log = open(folder / "processes.log", "ab")  # noqa: SIM115 - the run's lifetime
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self.started
+
+    def spawn(self, role: str) -> Proc:
+        self.generation += 1
+        holder = f"{role}-{self.generation}"
+        command = [
+            sys.executable, "-m", "bench.fault_worker", "--url", self.url, "--role", role,
+            "--holder", holder, "--journal", str(self.folder / "journal.jsonl"),
+            "--concurrency", str(self.config.concurrency), "--seed", str(self.generation),
+        ]  # fmt: skip
+        popen = subprocess.Popen(command, cwd=REPO, stdout=self.log, stderr=self.log)
+        proc = Proc(role, holder, popen)
+        self.procs.append(proc)
+        return proc
+
+    async def connect(self) -> psycopg.AsyncConnection[Any]:
+        while True:
+            try:
+                return await psycopg.AsyncConnection.connect(self.url, autocommit=True)
+            except psycopg.OperationalError:
+                await asyncio.sleep(0.1)
+
+    async def query(self, sql: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
+        """A query on the sampler's connection, reconnecting across PostgreSQL restarts."""
+        while True:
+            try:
+                if self._conn is None or self._conn.closed:
+                    self._conn = await self.connect()
+                cur = await self._conn.execute(sql, params)
+                return list(await cur.fetchall())
+            except psycopg.OperationalError:
+                if self._conn is not None:
+                    await self._conn.close()
+                self._conn = None
+                await asyncio.sleep(0.1)
+
+    _conn: psycopg.AsyncConnection[Any] | None = None
+
+    async def sample(self) -> int:
+        """One look at the table: doubly leased subjects, re-leases of killed workers' runs;
+        returns how many runs have ended."""
+        self.samples += 1
+        for (subject,) in await self.query(
+            "SELECT subject FROM agent_run WHERE state = 'leased' "
+            "GROUP BY subject HAVING count(*) > 1"
+        ):
+            self.doubles.add(subject)
+        waiting = {
+            run: kill
+            for kill in self.kills
+            for run in kill.runs
+            if run not in kill.released and run not in kill.ended
+        }
+        if waiting:
+            rows = await self.query(
+                "SELECT id::text, epoch, state FROM agent_run WHERE id = ANY(%(ids)s::uuid[])",
+                {"ids": list(waiting)},
+            )
+            for run, epoch, state in rows:
+                kill = waiting[run]
+                if epoch > kill.runs[run] and state != "queued":
+                    kill.released[run] = self.elapsed() - kill.at
+                elif state == "ended":
+                    kill.ended.add(run)
+        ((ended,),) = await self.query("SELECT count(*) FROM agent_run WHERE state = 'ended'")
+        return int(ended)
+
+    async def kill_one(self) -> None:
+        workers = [p for p in self.procs if p.role == "worker" and not p.killed]
+        holding = {
+            holder
+            for (holder,) in await self.query(
+                "SELECT DISTINCT holder FROM agent_run WHERE state = 'leased'"
+            )
+        }
+        # A worker that holds leases, so the kill tests their take-back.
+        victim = self.rng.choice([p for p in workers if p.holder in holding] or workers)
+        victim.popen.send_signal(signal.SIGKILL)
+        victim.popen.wait()
+        victim.killed = True
+        at = self.elapsed()
+        rows = await self.query(
+            "SELECT id::text, epoch FROM agent_run WHERE holder = %(h)s AND state = 'leased'",
+            {"h": victim.holder},
+        )
+        self.kills.append(Kill(victim.holder, at, {run: epoch for run, epoch in rows}))
+        self.spawn("worker")
+        print(f"  {at:6.1f}s SIGKILL {victim.holder} holding {len(rows)} runs", flush=True)
+
+    async def restart_server(self) -> None:
+        at = self.elapsed()
+        print(f"  {at:6.1f}s PostgreSQL stop", flush=True)
+        await asyncio.to_thread(self.server.stop)
+        await asyncio.sleep(self.config.downtime)
+        await asyncio.to_thread(self.server.start)
+        self.restarts_done.append(at)
+        print(f"  {self.elapsed():6.1f}s PostgreSQL started again", flush=True)
+
+    def reap_children(self) -> None:
+        """A process that exited without our SIGKILL crashed: count it and replace it."""
+        for proc in list(self.procs):
+            code = proc.popen.poll()
+            if code is not None and not proc.killed:
+                proc.killed = True
+                self.crashes.append(f"{proc.holder} exited {code} at {self.elapsed():.1f}s")
+                print(f"  {self.elapsed():6.1f}s {proc.holder} DIED (exit {code})", flush=True)
+                self.spawn(proc.role)
+
+    async def drive(self) -> bool:
+        """Run until every run has ended or the timeout; True if all ended."""
+        config = self.config
+        for _ in range(config.workers):
+            self.spawn("worker")
+        for _ in range(config.reapers):
+            self.spawn("reaper")
+        next_kill = self.elapsed() + self.rng.uniform(*config.kill_every)
+        restarts = list(config.restart_at[: config.restarts]) if self.server.is_embedded else []
+        last_report = 0.0
+        while self.elapsed() < config.timeout:
+            ended = await self.sample()
+            if ended >= config.runs:
+                return True
+            progress = ended / config.runs
+            if restarts and progress >= restarts[0]:
+                restarts.pop(0)
+                await self.restart_server()
+            elif self.elapsed() >= next_kill and (
+                config.max_kills is None or len(self.kills) < config.max_kills
+            ):
+                await self.kill_one()
+                next_kill = self.elapsed() + self.rng.uniform(*config.kill_every)
+            self.reap_children()
+            if self.elapsed() - last_report >= 5:
+                last_report = self.elapsed()
+                print(f"  {last_report:6.1f}s {ended:,} of {config.runs:,} runs ended", flush=True)
+            await asyncio.sleep(0.1)
+        return False
+
+    async def stop(self) -> None:
+        for proc in self.procs:
+            if proc.popen.poll() is None:
+                proc.popen.send_signal(signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        for proc in self.procs:
+            remaining = max(0.1, deadline - time.monotonic())
+            try:
+                await asyncio.to_thread(proc.popen.wait, remaining)
+            except subprocess.TimeoutExpired:
+                proc.popen.kill()
+                proc.popen.wait()
+        if self._conn is not None:
+            await self._conn.close()
+        self.log.close()
+
+
+async def populate(url: str, config: Config) -> None:
+    from agentruns.adapters.postgres import migrate
+
+    await asyncio.to_thread(migrate, url)
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await conn.execute(
+            POPULATE,
+            {
+                "runs": config.runs,
+                "workspaces": config.workspaces,
+                "subjects": config.subjects,
+                "sleep": config.step_sleep,
+                "zombie_every": config.zombie_every,
+            },
+        )
+        await conn.execute("VACUUM ANALYZE agent_run")
+
+
+async def verdict(run: FaultRun, finished: bool) -> tuple[dict[str, Any], list[str]]:
+    """The checks over the database and the journals: (figures, violations)."""
+    q = run.query
+    ((present,),) = await q("SELECT count(*) FROM agent_run")
+    ((stuck,),) = await q(
+        "SELECT count(*) FROM agent_run WHERE state <> 'ended' "
+        "AND NOT (state = 'queued' AND due_at IS NOT NULL) AND NOT state = 'leased'"
+    )
+    ((unended,),) = await q("SELECT count(*) FROM agent_run WHERE state <> 'ended'")
+    reasons = dict(await q("SELECT end_reason, count(*) FROM agent_run GROUP BY 1 ORDER BY 2 DESC"))
+    ((no_due,),) = await q(
+        "SELECT count(*) FROM agent_run WHERE state = 'queued' AND due_at IS NULL"
+    )
+    ((backwards,),) = await q(
+        "SELECT count(*) FROM (SELECT epoch < lag(epoch) OVER (PARTITION BY run_id ORDER BY seq)"
+        " AS back FROM agent_run_event) e WHERE back"
+    )
+    ((zombie_events,),) = await q("SELECT count(*) FROM agent_run_event WHERE type = 'zombie'")
+    ((events,),) = await q("SELECT count(*) FROM agent_run_event")
+    attempted: dict[str, int] = {}
+    accepted: dict[str, int] = {}
+    stats: list[dict[str, Any]] = []
+    journal = run.folder / "journal.jsonl"
+    for line in journal.read_text().splitlines() if journal.exists() else []:
+        record = json.loads(line)
+        if record["event"] == "stale-attempt":
+            attempted[record["what"]] = attempted.get(record["what"], 0) + 1
+        elif record["event"] == "stale-accepted":
+            accepted[record["what"]] = accepted.get(record["what"], 0) + 1
+        elif record["event"] == "stats":
+            stats.append(record)
+    relets = sorted(t for kill in run.kills for t in kill.released.values())
+    killed_runs = sum(len(kill.runs) for kill in run.kills)
+    figures: dict[str, Any] = {
+        "runs queued": run.config.runs,
+        "runs lost": (run.config.runs - present) + stuck,
+        "runs not ended at the end": unended,
+        "runs ended by reason": {str(k): v for k, v in reasons.items() if k is not None},
+        "stale-epoch writes attempted": attempted,
+        "stale-epoch writes accepted": accepted,
+        "zombie events persisted": zombie_events,
+        "events persisted": events,
+        "event epochs going backwards": backwards,
+        "subjects seen with two leased runs": sorted(run.doubles),
+        "table samples taken": run.samples,
+        "runs queued without due time": no_due,
+        "workers SIGKILLed": len(run.kills),
+        "their leased runs": killed_runs,
+        "of those leased again": len(relets),
+        "of those ended before re-lease": sum(len(kill.ended) for kill in run.kills),
+        "death to re-lease, seconds (p50 / p95 / max)": _spread(relets),
+        "PostgreSQL restarts (at seconds)": [round(t, 1) for t in run.restarts_done],
+        "worker or reaper processes that died on their own": run.crashes,
+        "seconds": round(run.elapsed(), 1),
+    }
+    violations = []
+    if figures["runs lost"]:
+        violations.append(f"{figures['runs lost']} runs lost")
+    if not finished:
+        violations.append(f"{unended} runs not ended within {run.config.timeout:.0f}s")
+    if sum(accepted.values()) or zombie_events:
+        violations.append(f"stale writes accepted: {accepted}, zombie events {zombie_events}")
+    if run.doubles:
+        violations.append(f"{len(run.doubles)} subjects seen with two leased runs")
+    if backwards:
+        violations.append(f"{backwards} events written under an older epoch than an earlier one")
+    if no_due:
+        violations.append(f"{no_due} runs queued without a due time")
+    if run.crashes:
+        violations.append(f"{len(run.crashes)} processes died on their own: {run.crashes}")
+    if sum(attempted.values()) == 0 and run.config.runs >= 10 * run.config.zombie_every:
+        violations.append("no zombie attempted a write: the run did not test fencing")
+    if not run.kills:
+        violations.append("no worker was killed: the run did not test take-backs")
+    if run.server.is_embedded and len(run.restarts_done) < run.config.restarts:
+        violations.append(f"only {len(run.restarts_done)} PostgreSQL restarts happened")
+    return figures, violations
+
+
+def _spread(values: list[float]) -> str:
+    if not values:
+        return "none"
+    p95 = values[min(len(values) - 1, round(0.95 * (len(values) - 1)))]
+    return f"{statistics.median(values):.2f} / {p95:.2f} / {values[-1]:.2f}"
+
+
+async def main_async(config: Config, keep: bool) -> int:
+    folder = Path(tempfile.mkdtemp(prefix="agentruns-faults-"))
+    with bench_server() as server:
+        url = server.create_database("faults")
+        await populate(url, config)
+        print(
+            f"fault run: {config.runs:,} runs, {config.workers} workers x {config.concurrency}, "
+            f"{config.reapers} reapers, PostgreSQL "
+            f"{'embedded (restartable)' if server.is_embedded else 'external (no restarts)'}; "
+            f"logs in {folder}",
+            flush=True,
+        )
+        run = FaultRun(server, url, config, folder)
+        try:
+            finished = await run.drive()
+        finally:
+            await run.stop()
+        figures, violations = await verdict(run, finished)
+    print()
+    for name, value in figures.items():
+        print(f"{name:52} {value}")
+    print()
+    if violations:
+        for violation in violations:
+            print(f"VIOLATION: {violation}")
+        print(f"fault run FAILED ({len(violations)} violations); logs in {folder}")
+        return 1
+    print("fault run passed: 0 lost, 0 stale writes accepted, 0 double leases")
+    if not keep:
+        await asyncio.to_thread(shutil.rmtree, folder, True)
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.faults", description=__doc__)
+    parser.add_argument("--runs", type=int, default=None)
+    parser.add_argument("--workers", type=int, default=4)
+    parser.add_argument("--restarts", type=int, default=None)
+    parser.add_argument("--kills", type=int, default=None, help="most workers to kill")
+    parser.add_argument("--timeout", type=float, default=None, help="seconds")
+    parser.add_argument("--small", action="store_true", help="the e2e tier's short version")
+    parser.add_argument("--keep", action="store_true", help="keep the logs of a passing run")
+    args = parser.parse_args(argv)
+    config = Config()
+    if args.small:
+        config = Config(
+            runs=300, subjects=100, workspaces=4, max_kills=1, restarts=1, restart_at=(0.4,),
+            kill_every=(1.0, 1.5), step_sleep=0.02, zombie_every=97, timeout=90.0,
+        )  # fmt: skip
+    config.workers = args.workers
+    if args.runs is not None:
+        config.runs = args.runs
+    if args.restarts is not None:
+        config.restarts = args.restarts
+    if args.kills is not None:
+        config.max_kills = args.kills
+    if args.timeout is not None:
+        config.timeout = args.timeout
+    os.environ.setdefault("PYTHONUNBUFFERED", "1")
+    return asyncio.run(main_async(config, args.keep))
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
