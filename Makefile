@@ -3,7 +3,7 @@ PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 
-.PHONY: test lint typecheck imports unit install clean
+.PHONY: test lint typecheck imports unit install clean bench depth faults
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -31,3 +31,18 @@ unit: install
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache
+
+# Benchmarks and the fault run (bench/README.md). Figures land in bench/RESULTS.md.
+# `make bench BENCH_ARGS="--jobs 10000"` for a shorter run; `make depth DEPTH_ARGS=--quick`.
+$(BIN)/.bench-installed: $(BIN)/.installed
+	$(BIN)/pip install --quiet -e '.[dev,bench]'
+	touch $@
+
+bench: $(BIN)/.bench-installed
+	$(BIN)/python -m bench.throughput $(BENCH_ARGS)
+
+depth: install
+	$(BIN)/python -m bench.depth $(DEPTH_ARGS)
+
+faults: install
+	$(BIN)/python -m bench.faults $(FAULTS_ARGS)

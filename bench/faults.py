@@ -32,11 +32,13 @@ import sys
 import tempfile
 import time
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import psycopg
 
+from bench.results import write_section
 from bench.server import BenchServer, bench_server
 
 REPO = Path(__file__).resolve().parents[1]
@@ -85,7 +87,9 @@ class Kill:
     holder: str
     at: float
     runs: dict[str, int]  # run id -> epoch it held at the kill
+    taken_back: dict[str, float] = field(default_factory=dict)  # run id -> seconds to take-back
     released: dict[str, float] = field(default_factory=dict)  # run id -> seconds to re-lease
+    bands: dict[str, int] = field(default_factory=dict)
     ended: set[str] = field(default_factory=set)
 
 
@@ -170,19 +174,25 @@ class FaultRun:
         }
         if waiting:
             rows = await self.query(
-                "SELECT id::text, epoch, state FROM agent_run WHERE id = ANY(%(ids)s::uuid[])",
+                "SELECT id::text, epoch, state, band FROM agent_run "
+                "WHERE id = ANY(%(ids)s::uuid[])",
                 {"ids": list(waiting)},
             )
-            for run, epoch, state in rows:
+            for run, epoch, state, band in rows:
                 kill = waiting[run]
+                kill.bands[run] = band
+                since = self.elapsed() - kill.at
+                if run not in kill.taken_back and (epoch > kill.runs[run] or state != "leased"):
+                    kill.taken_back[run] = since
                 if epoch > kill.runs[run] and state != "queued":
-                    kill.released[run] = self.elapsed() - kill.at
+                    kill.released[run] = since
                 elif state == "ended":
                     kill.ended.add(run)
         ((ended,),) = await self.query("SELECT count(*) FROM agent_run WHERE state = 'ended'")
         return int(ended)
 
-    async def kill_one(self) -> None:
+    async def kill_one(self) -> bool:
+        """SIGKILL a worker that holds leases (none yet: try again soon) and start another."""
         workers = [p for p in self.procs if p.role == "worker" and not p.killed]
         holding = {
             holder
@@ -191,7 +201,10 @@ class FaultRun:
             )
         }
         # A worker that holds leases, so the kill tests their take-back.
-        victim = self.rng.choice([p for p in workers if p.holder in holding] or workers)
+        candidates = [p for p in workers if p.holder in holding]
+        if not candidates:
+            return False
+        victim = self.rng.choice(candidates)
         victim.popen.send_signal(signal.SIGKILL)
         victim.popen.wait()
         victim.killed = True
@@ -203,6 +216,7 @@ class FaultRun:
         self.kills.append(Kill(victim.holder, at, {run: epoch for run, epoch in rows}))
         self.spawn("worker")
         print(f"  {at:6.1f}s SIGKILL {victim.holder} holding {len(rows)} runs", flush=True)
+        return True
 
     async def restart_server(self) -> None:
         at = self.elapsed()
@@ -241,10 +255,11 @@ class FaultRun:
             if restarts and progress >= restarts[0]:
                 restarts.pop(0)
                 await self.restart_server()
-            elif self.elapsed() >= next_kill and (
-                config.max_kills is None or len(self.kills) < config.max_kills
+            elif (
+                self.elapsed() >= next_kill
+                and (config.max_kills is None or len(self.kills) < config.max_kills)
+                and await self.kill_one()
             ):
-                await self.kill_one()
                 next_kill = self.elapsed() + self.rng.uniform(*config.kill_every)
             self.reap_children()
             if self.elapsed() - last_report >= 5:
@@ -320,6 +335,13 @@ async def verdict(run: FaultRun, finished: bool) -> tuple[dict[str, Any], list[s
         elif record["event"] == "stats":
             stats.append(record)
     relets = sorted(t for kill in run.kills for t in kill.released.values())
+    taken = sorted(t for kill in run.kills for t in kill.taken_back.values())
+    by_band = {
+        band: _spread(
+            sorted(t for kill in run.kills for r, t in kill.released.items() if kill.bands[r] == b)
+        )
+        for b, band in enumerate(("interactive", "batch", "background"))
+    }
     killed_runs = sum(len(kill.runs) for kill in run.kills)
     figures: dict[str, Any] = {
         "runs queued": run.config.runs,
@@ -338,7 +360,9 @@ async def verdict(run: FaultRun, finished: bool) -> tuple[dict[str, Any], list[s
         "their leased runs": killed_runs,
         "of those leased again": len(relets),
         "of those ended before re-lease": sum(len(kill.ended) for kill in run.kills),
+        "death to take-back, seconds (p50 / p95 / max)": _spread(taken),
         "death to re-lease, seconds (p50 / p95 / max)": _spread(relets),
+        "  by band (lower bands wait for higher ones)": by_band,
         "PostgreSQL restarts (at seconds)": [round(t, 1) for t in run.restarts_done],
         "worker or reaper processes that died on their own": run.crashes,
         "seconds": round(run.elapsed(), 1),
@@ -360,8 +384,11 @@ async def verdict(run: FaultRun, finished: bool) -> tuple[dict[str, Any], list[s
         violations.append(f"{len(run.crashes)} processes died on their own: {run.crashes}")
     if sum(attempted.values()) == 0 and run.config.runs >= 10 * run.config.zombie_every:
         violations.append("no zombie attempted a write: the run did not test fencing")
-    if not run.kills:
-        violations.append("no worker was killed: the run did not test take-backs")
+    if not killed_runs:
+        violations.append("no worker was killed holding runs: the run did not test take-backs")
+    unrecovered = killed_runs - len(relets) - figures["of those ended before re-lease"]
+    if unrecovered:
+        violations.append(f"{unrecovered} runs of killed workers were never leased again")
     if run.server.is_embedded and len(run.restarts_done) < run.config.restarts:
         violations.append(f"only {len(run.restarts_done)} PostgreSQL restarts happened")
     return figures, violations
@@ -374,7 +401,26 @@ def _spread(values: list[float]) -> str:
     return f"{statistics.median(values):.2f} / {p95:.2f} / {values[-1]:.2f}"
 
 
-async def main_async(config: Config, keep: bool) -> int:
+def render(figures: dict[str, Any], violations: list[str], command: str, pg: str) -> str:
+    verdict_line = (
+        "**passed**: 0 lost, 0 stale writes accepted, 0 double leases"
+        if not violations
+        else "**FAILED**: " + "; ".join(violations)
+    )
+    lines = [
+        "## Faults: kills, PostgreSQL restarts and zombies",
+        "",
+        f"Command: `{command}` (via `make faults`), {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, "
+        f"{pg}. Verdict: {verdict_line}.",
+        "",
+        "| check | result |",
+        "| --- | --- |",
+    ]
+    lines += [f"| {name.strip()} | {value} |" for name, value in figures.items()]
+    return "\n".join(lines) + "\n"
+
+
+async def main_async(config: Config, keep: bool, write: bool, command: str) -> int:
     folder = Path(tempfile.mkdtemp(prefix="agentruns-faults-"))
     with bench_server() as server:
         url = server.create_database("faults")
@@ -392,6 +438,9 @@ async def main_async(config: Config, keep: bool) -> int:
         finally:
             await run.stop()
         figures, violations = await verdict(run, finished)
+        pg = f"PostgreSQL {server.settings()['server_version']}"
+    if write:
+        write_section("faults", render(figures, violations, command, pg))
     print()
     for name, value in figures.items():
         print(f"{name:52} {value}")
@@ -416,6 +465,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=None, help="seconds")
     parser.add_argument("--small", action="store_true", help="the e2e tier's short version")
     parser.add_argument("--keep", action="store_true", help="keep the logs of a passing run")
+    parser.add_argument("--no-write", action="store_true", help="do not write RESULTS.md")
     args = parser.parse_args(argv)
     config = Config()
     if args.small:
@@ -433,7 +483,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.timeout is not None:
         config.timeout = args.timeout
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    return asyncio.run(main_async(config, args.keep))
+    command = "python -m bench.faults " + " ".join(argv if argv is not None else sys.argv[1:])
+    write = not args.small and not args.no_write
+    return asyncio.run(main_async(config, args.keep, write, command.strip()))
 
 
 if __name__ == "__main__":
