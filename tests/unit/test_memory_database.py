@@ -180,3 +180,13 @@ async def test_two_concurrent_transactions_are_serialised() -> None:
     await asyncio.gather(one, two)
     assert order == ["first begins", "first commits", "second begins"]
     assert table.get("counter") == 2
+
+
+async def test_a_wake_up_sent_while_nobody_waits_is_kept_for_the_next_wait() -> None:
+    """An enqueue between a worker's empty claim and its wait does not leave it sleeping."""
+    from agentruns.adapters.memory import MemoryNotifier
+
+    notifier = MemoryNotifier()
+    notifier.notify()
+    assert await notifier.wait(30.0) is True
+    assert await notifier.wait(0.01) is False
