@@ -143,6 +143,7 @@ CREATE FUNCTION agent_run_bookkeeping() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     run agent_run%ROWTYPE;
     head record;
+    head_id uuid := NULL;
 BEGIN
     IF TG_OP = 'DELETE' THEN
         run := OLD;
@@ -160,14 +161,16 @@ BEGIN
     END IF;
     INSERT INTO agent_subject (subject) VALUES (run.subject) ON CONFLICT DO NOTHING;
     PERFORM 1 FROM agent_subject WHERE subject = run.subject FOR UPDATE;
-    IF EXISTS (SELECT 1 FROM agent_run r WHERE r.subject = run.subject AND r.state = 'leased') THEN
-        head := NULL;
-    ELSE
+    IF NOT EXISTS (
+            SELECT 1 FROM agent_run r WHERE r.subject = run.subject AND r.state = 'leased') THEN
         SELECT r.id, r.workspace, r.kind, r.band, r.due_at, r.seq INTO head
             FROM agent_run r WHERE r.subject = run.subject AND r.state = 'queued'
             ORDER BY r.seq LIMIT 1;
+        IF FOUND THEN
+            head_id := head.id;
+        END IF;
     END IF;
-    IF head.id IS NULL THEN
+    IF head_id IS NULL THEN
         UPDATE agent_subject SET head_run = NULL, head_workspace = NULL, head_kind = NULL,
                 head_band = NULL, head_due_at = NULL, head_seq = NULL
             WHERE subject = run.subject AND head_run IS NOT NULL;

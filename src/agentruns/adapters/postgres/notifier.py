@@ -48,17 +48,11 @@ class PostgresNotifier(Notifier):
                 await asyncio.sleep(seconds)
                 return False
             try:
-                async for _ in connection.notifies(timeout=max(seconds, 0.0), stop_after=1):
-                    await self._drain(connection)
+                async for _ in connection.notifies(timeout=max(seconds, 0.001), stop_after=1):
                     return True
             except (psycopg.Error, OSError):
                 await self._drop()
             return False
-
-    async def _drain(self, connection: psycopg.AsyncConnection[object]) -> None:
-        """Swallow wake-ups already delivered: one wake-up covers every run queued so far."""
-        async for _ in connection.notifies(timeout=0.0):
-            pass
 
     async def _drop(self) -> None:
         if self._connection is not None:

@@ -213,9 +213,6 @@ class PostgresRunStore(RunStore):
     async def overdue(self, tx: Tx, limit: int) -> list[AgentRun]:
         return await self._many(tx, sql.OVERDUE, limit=limit)
 
-    async def end_overdue(self, tx: Tx, limit: int) -> list[AgentRun]:
-        return await self._many(tx, sql.END_OVERDUE, limit=limit)
-
     async def purge(self, tx: Tx, ended_before: datetime, limit: int) -> int:
         rows = await fetch(tx, sql.PURGE, {"ended_before": ended_before, "limit": limit})
         return len(rows)

@@ -135,20 +135,6 @@ WHERE state = 'queued' AND deadline_at IS NOT NULL AND deadline_at <= {NOW}
 ORDER BY deadline_at, seq LIMIT :limit
 """)
 
-END_OVERDUE = _stmt(f"""
-WITH clock AS (SELECT {NOW} AS now),
-doomed AS (
-    SELECT id FROM agent_run, clock
-    WHERE state = 'queued' AND deadline_at IS NOT NULL AND deadline_at <= clock.now
-    ORDER BY deadline_at, seq LIMIT :limit
-    FOR UPDATE OF agent_run SKIP LOCKED
-)
-UPDATE agent_run SET state = 'ended', end_reason = 'deadline_exceeded', ended_at = clock.now,
-                     leased_until = NULL
-FROM clock, doomed WHERE agent_run.id = doomed.id
-RETURNING {RUN_COLUMNS}
-""")
-
 PURGE = _stmt("""
 WITH doomed AS (
     SELECT id FROM agent_run
