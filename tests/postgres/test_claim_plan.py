@@ -8,13 +8,13 @@ from typing import Any
 
 import psycopg
 import pytest
+from bench.population import populate
 from sqlalchemy import text
 
 from agentruns.adapters.postgres import make_postgres_stores
 from agentruns.adapters.postgres import sql as statements
 from agentruns.adapters.postgres.database import PostgresDatabase, PostgresTransaction
 from agentruns.app.ports import ClaimRequest
-from bench.population import populate
 from tests.postgres_server import cloned_database
 
 QUEUED = 100_000
