@@ -1,0 +1,75 @@
+"""Wake-up by LISTEN on channel ``agent_run``, on a connection of its own, with a poll fallback.
+
+The listening connection runs nothing else: a listener that shares its connection with queries
+stalls them while it waits. Once it listens, a NOTIFY sent while nobody waits is queued on the
+connection and wakes the next wait. Before that (the first wait, or after the connection broke)
+a run may have been queued unheard, so the wait that opens the connection answers "woken" at
+once and the caller claims. If the connection cannot be opened, :meth:`wait` sleeps out its time
+instead (the poll fallback) and tries again on the next wait.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+import psycopg
+
+from agentruns.adapters.postgres.database import libpq_url
+from agentruns.app.ports import Notifier
+
+CHANNEL = "agent_run"
+
+
+class PostgresNotifier(Notifier):
+    def __init__(self, url: str) -> None:
+        self._url = libpq_url(url)
+        self._connection: psycopg.AsyncConnection[object] | None = None
+        self._lock = asyncio.Lock()
+
+    async def _listening(self) -> psycopg.AsyncConnection[object] | None:
+        """Open a connection that LISTENs on the channel; None when the server is unreachable."""
+        connection: psycopg.AsyncConnection[object] | None = None
+        try:
+            connection = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+            await connection.execute(f"LISTEN {CHANNEL}")
+        except (psycopg.Error, OSError):
+            if connection is not None:
+                await connection.close()
+            return None
+        self._connection = connection
+        return connection
+
+    def _open(self) -> psycopg.AsyncConnection[object] | None:
+        if self._connection is not None and not self._connection.closed:
+            return self._connection
+        return None
+
+    async def listen(self) -> bool:
+        """Start listening now (so no NOTIFY after this call is missed); False if unreachable."""
+        async with self._lock:
+            return self._open() is not None or await asyncio.shield(self._listening()) is not None
+
+    async def wait(self, seconds: float) -> bool:
+        async with self._lock:
+            connection = self._open()
+            if connection is None:
+                # Shielded: a caller that gives up waiting must not cut a connect in half.
+                if await asyncio.shield(self._listening()) is not None:
+                    return True  # a run may have been queued before we listened: claim now
+                await asyncio.sleep(seconds)
+                return False
+            try:
+                async for _ in connection.notifies(timeout=max(seconds, 0.001), stop_after=1):
+                    return True
+            except (psycopg.Error, OSError):
+                await self._drop()
+            return False
+
+    async def _drop(self) -> None:
+        if self._connection is not None:
+            await self._connection.close()
+        self._connection = None
+
+    async def close(self) -> None:
+        async with self._lock:
+            await self._drop()
