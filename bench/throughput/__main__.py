@@ -64,6 +64,13 @@ def contenders(selected: set[str]) -> list[Contender]:
             lambda url: agentruns_runner.drain(url, claimers=claimers, batch=batch),
         )
 
+    def worker_loop_setting(concurrency: int) -> Setting:
+        return Setting(
+            f"worker loop, {concurrency} slots",
+            agentruns_runner.prepare,
+            lambda url: agentruns_runner.drain_worker_loop(url, concurrency=concurrency),
+        )
+
     def procrastinate_setting(concurrency: int) -> Setting:
         return Setting(
             f"concurrency {concurrency}",
@@ -100,7 +107,7 @@ def contenders(selected: set[str]) -> list[Contender]:
         Contender(
             "agentruns, batch claims",
             "agentruns-batch",
-            [agentruns_setting(c, 10) for c in (1, 2, 4)],
+            [agentruns_setting(2, 10)] + [worker_loop_setting(c) for c in (10, 20, 40)],
             sweep=True,
         ),
         Contender(

@@ -96,6 +96,39 @@ async def drain(url: str, *, claimers: int, batch: int) -> tuple[int, float]:
     return completed, elapsed
 
 
+async def drain_worker_loop(url: str, *, concurrency: int) -> tuple[int, float]:
+    """One ``Worker.run`` loop with ``concurrency`` slots: it claims as many runs as it has free
+    slots in one statement (batch claims) and drives them as tasks. Timed until every run has
+    completed."""
+    registry = kinds()
+    stores = make_postgres_stores(url, None, pool_size=concurrency + 2)
+    rng = random.Random(0)
+    runs = AgentRuns(stores, registry, rng)
+    worker = Worker(
+        runs, registry, stores.notifier, rng, holder="bench-loop", concurrency=concurrency,
+        poll_interval=0.05,
+    )  # fmt: skip
+    total = await remaining(url)
+    stop = asyncio.Event()
+
+    async def watch() -> None:
+        # The worker counts outcomes and offers no event to wait on: poll its counter.
+        while worker.stats.outcomes.get(RunOutcome.COMPLETED, 0) < total:  # noqa: ASYNC110
+            await asyncio.sleep(0.005)
+        stop.set()
+
+    try:
+        async with stores.scope.transaction():
+            pass
+        clock = asyncio.get_running_loop()
+        started = clock.time()
+        await asyncio.gather(worker.run(stop), watch())
+        elapsed = clock.time() - started
+    finally:
+        await close_postgres_stores(stores)
+    return worker.stats.outcomes.get(RunOutcome.COMPLETED, 0), elapsed
+
+
 async def remaining(url: str) -> int:
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         cur = await conn.execute("SELECT count(*) FROM agent_run WHERE state <> 'ended'")
