@@ -24,7 +24,13 @@ from pathlib import Path
 
 from bench.results import RESULTS, write_section
 from bench.server import BenchServer, bench_server
-from bench.throughput import agentruns_runner, pgqueuer_runner, procrastinate_runner, raw
+from bench.throughput import (
+    agentruns_runner,
+    bare_sql,
+    pgqueuer_runner,
+    procrastinate_runner,
+    raw,
+)
 from bench.throughput.report import Row, write_results
 
 Prepare = Callable[[str, int], Awaitable[None]]
@@ -71,6 +77,13 @@ def contenders(selected: set[str]) -> list[Contender]:
             lambda url: agentruns_runner.drain_worker_loop(url, concurrency=concurrency),
         )
 
+    def bare_setting(claimers: int, batch: int) -> Setting:
+        return Setting(
+            f"{claimers} claimer{'s' if claimers > 1 else ''} x limit {batch}",
+            agentruns_runner.prepare,
+            lambda url: bare_sql.drain(url, claimers=claimers, batch=batch),
+        )
+
     def procrastinate_setting(concurrency: int) -> Setting:
         return Setting(
             f"concurrency {concurrency}",
@@ -109,6 +122,12 @@ def contenders(selected: set[str]) -> list[Contender]:
             "agentruns-batch",
             [agentruns_setting(2, 10)] + [worker_loop_setting(c) for c in (10, 20, 40)],
             sweep=True,
+        ),
+        Contender(
+            "diagnostic: agentruns SQL, bare",
+            "bare-sql",
+            [bare_setting(8, 1), bare_setting(4, 10)],
+            sweep=False,
         ),
         Contender(
             "Procrastinate",
@@ -218,6 +237,7 @@ def main(argv: list[str] | None = None) -> int:
             "raw-batch",
             "agentruns-single",
             "agentruns-batch",
+            "bare-sql",
             "procrastinate",
             "pgqueuer",
         ],
