@@ -24,6 +24,7 @@ import asyncio
 import json
 import os
 import random
+import shlex
 import shutil
 import signal
 import statistics
@@ -483,7 +484,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.timeout is not None:
         config.timeout = args.timeout
     os.environ.setdefault("PYTHONUNBUFFERED", "1")
-    command = "python -m bench.faults " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = shlex.join(["python", "-m", "bench.faults", *(argv or sys.argv[1:])])
     write = not args.small and not args.no_write
     return asyncio.run(main_async(config, args.keep, write, command.strip()))
 

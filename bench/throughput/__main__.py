@@ -14,6 +14,7 @@ import gc
 import logging
 import platform
 import resource
+import shlex
 import subprocess
 import sys
 from collections.abc import Awaitable, Callable
@@ -256,7 +257,7 @@ def main(argv: list[str] | None = None) -> int:
         embedded = server.is_embedded
         rows = asyncio.run(run(args, server))
     finished = datetime.now(UTC)
-    command = "python -m bench.throughput " + " ".join(argv if argv is not None else sys.argv[1:])
+    command = shlex.join(["python", "-m", "bench.throughput", *(argv or sys.argv[1:])])
     text = write_results(
         rows,
         command=command.strip(),
