@@ -2,6 +2,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+LINTED := src tests $(wildcard bench migrations)
 
 .PHONY: test lint typecheck imports unit install clean
 
@@ -14,8 +15,8 @@ $(BIN)/.installed: pyproject.toml
 install: $(BIN)/.installed
 
 lint: install
-	$(BIN)/ruff check src tests bench migrations
-	$(BIN)/ruff format --check src tests bench migrations
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
 
 typecheck: install
 	$(BIN)/mypy --strict src
