@@ -111,8 +111,13 @@ class PostgresDatabase(TransactionScope):
     ) -> None:
         self.url = url
         self.clock = clock
+        # READ COMMITTED whatever the server's default: the head bookkeeping relies on each
+        # statement of its trigger seeing every commit before it (ADRs/0004).
         self.engine = engine or create_async_engine(
-            sqlalchemy_url(url), pool_size=pool_size, max_overflow=max_overflow
+            sqlalchemy_url(url),
+            pool_size=pool_size,
+            max_overflow=max_overflow,
+            isolation_level="READ COMMITTED",
         )
 
     def now_param(self) -> datetime | None:
