@@ -46,8 +46,9 @@ class AgentRunHandler(Protocol):
         its lost holder left it. ``change`` is what the take-back will write."""
         ...
 
-    async def on_moved(self, tx: Transaction, before: AgentRun | None, after: AgentRun) -> None:
-        """The run moved (enqueued, claimed, requeued, ended) in this transaction."""
+    async def on_moved(self, tx: Transaction, run: AgentRun) -> None:
+        """``run`` was enqueued, claimed, requeued or ended in this transaction, and now reads as
+        given: move the domain row to agree."""
         ...
 
     async def check_budget(self, tx: Transaction, run: AgentRun) -> BudgetHold | None:
@@ -65,7 +66,7 @@ class NoDomainRow(AgentRunHandler):
     async def on_take_back(self, tx: Transaction, run: AgentRun, change: RunChange) -> None:
         return None
 
-    async def on_moved(self, tx: Transaction, before: AgentRun | None, after: AgentRun) -> None:
+    async def on_moved(self, tx: Transaction, run: AgentRun) -> None:
         return None
 
     async def check_budget(self, tx: Transaction, run: AgentRun) -> BudgetHold | None:

@@ -40,6 +40,10 @@ class TransactionScope(Protocol):
 
     def transaction(self) -> AbstractAsyncContextManager[Transaction]: ...
 
+    def savepoint(self, tx: Transaction) -> AbstractAsyncContextManager[None]:
+        """A nested scope in ``tx``: an error inside undoes only what the scope wrote."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class NewRun:
@@ -165,8 +169,9 @@ class RunStore(Protocol):
         expired; ``None`` (nothing written) when a renewal or another replica won."""
         ...
 
-    async def end_overdue(self, tx: Transaction, limit: int) -> list[AgentRun]:
-        """End QUEUED runs past their deadline (DEADLINE_EXCEEDED); return them."""
+    async def overdue(self, tx: Transaction, limit: int) -> list[AgentRun]:
+        """QUEUED runs past their deadline, without locking them (the reaper ends each in its
+        own transaction, domain row first)."""
         ...
 
     async def purge(self, tx: Transaction, ended_before: datetime, limit: int) -> int:

@@ -32,6 +32,8 @@ class ClaimContext:
     band_aging: timedelta
     leased_per_workspace: Mapping[str, int]
     excluded_workspaces: Set[str] = frozenset()
+    kinds: Set[str] | None = None
+    subject: str | None = None
 
 
 def subject_heads(runs: Iterable[AgentRun]) -> list[AgentRun]:
@@ -49,7 +51,15 @@ def subject_heads(runs: Iterable[AgentRun]) -> list[AgentRun]:
 
 
 def is_offered(run: AgentRun, context: ClaimContext) -> bool:
-    return run.due_at <= context.now and run.workspace not in context.excluded_workspaces
+    """A subject head is offered when it is due, its workspace is neither inactive nor held, and
+    it matches the claimer's kinds and subject, if given. Heads are found over all kinds first,
+    so a claimer of one kind never overtakes another kind's run queued earlier on the subject."""
+    return (
+        run.due_at <= context.now
+        and run.workspace not in context.excluded_workspaces
+        and (context.kinds is None or run.kind in context.kinds)
+        and (context.subject is None or run.subject == context.subject)
+    )
 
 
 def claim_order(runs: Iterable[AgentRun], context: ClaimContext) -> list[AgentRun]:

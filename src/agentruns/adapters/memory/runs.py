@@ -1,0 +1,235 @@
+"""The runs table in memory: the domain's transitions applied to a dict, inside a transaction."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+from datetime import datetime, timedelta
+from uuid import UUID
+
+from agentruns.adapters.memory.database import MemoryDatabase, MemoryTable
+from agentruns.adapters.memory.notifier import MemoryNotifier
+from agentruns.adapters.memory.workspaces import MemoryWorkspaceStore
+from agentruns.app.ports import (
+    ClaimRequest,
+    Clock,
+    EventLog,
+    NewRun,
+    RunEvent,
+    RunStore,
+    TakeBack,
+    Transaction,
+)
+from agentruns.domain import run as transitions
+from agentruns.domain.claim_order import ClaimContext, next_claims
+from agentruns.domain.errors import IllegalTransition, RunNotFound
+from agentruns.domain.payload import JsonObject
+from agentruns.domain.run import AgentRun, AgentRunFence
+from agentruns.domain.states import AgentRunState
+from agentruns.domain.termination import TerminationReason
+
+
+class MemoryRunStore(RunStore):
+    def __init__(
+        self,
+        database: MemoryDatabase,
+        clock: Clock,
+        workspaces: MemoryWorkspaceStore,
+        notifier: MemoryNotifier,
+    ) -> None:
+        self._database = database
+        self._clock = clock
+        self._workspaces = workspaces
+        self._notifier = notifier
+        self.rows: MemoryTable[UUID, AgentRun] = MemoryTable(database)
+        # Like a PostgreSQL sequence, queue order is not given back on rollback.
+        self._seq = itertools.count(1)
+
+    async def now(self, tx: Transaction) -> datetime:
+        self._database.check(tx)
+        return self._clock.now()
+
+    def _write(self, tx: Transaction, run: AgentRun) -> AgentRun:
+        self.rows.put(tx, run.id, run)
+        if run.state is AgentRunState.QUEUED:
+            self._database.check(tx).on_commit(self._notifier.notify)
+        return run
+
+    def _existing(self, run_id: UUID) -> AgentRun:
+        run = self.rows.get(run_id)
+        if run is None:
+            raise RunNotFound(f"no run {run_id}")
+        return run
+
+    async def insert(self, tx: Transaction, new: NewRun) -> AgentRun:
+        self._database.check(tx)
+        if self.rows.get(new.id) is not None:
+            raise IllegalTransition(None, AgentRunState.QUEUED, f"run {new.id} exists already")
+        now = self._clock.now()
+        deadline = new.deadline_at
+        if deadline is None and new.deadline_after is not None:
+            deadline = now + new.deadline_after
+        run = AgentRun(
+            id=new.id,
+            kind=new.kind,
+            workspace=new.workspace,
+            subject=new.subject,
+            band=new.band,
+            payload=new.payload,
+            state=AgentRunState.QUEUED,
+            epoch=new.epoch,
+            attempt=new.attempt,
+            seq=next(self._seq),
+            enqueued_at=now,
+            due_at=new.due_at or now,
+            lease=new.lease,
+            deadline_at=deadline,
+            continues=new.continues,
+        )
+        return self._write(tx, run)
+
+    async def get(self, tx: Transaction, run_id: UUID) -> AgentRun | None:
+        self._database.check(tx)
+        return self.rows.get(run_id)
+
+    async def lock(self, tx: Transaction, run_id: UUID) -> AgentRun | None:
+        return await self.get(tx, run_id)
+
+    async def claim(self, tx: Transaction, request: ClaimRequest) -> list[AgentRun]:
+        self._database.check(tx)
+        now = self._clock.now()
+        everything = list(self.rows.values())
+        leased = Counter(run.workspace for run in everything if run.state is AgentRunState.LEASED)
+        context = ClaimContext(
+            now=now,
+            band_aging=request.band_aging,
+            leased_per_workspace=leased,
+            excluded_workspaces=self._workspaces.excluded_at(now),
+            kinds=None if request.kinds is None else frozenset(request.kinds),
+            subject=request.subject,
+        )
+        claimed = []
+        for run in next_claims(everything, context, request.limit):
+            change = transitions.claim(run, holder=request.holder, now=now)
+            claimed.append(self._write(tx, run.apply(change)))
+        return claimed
+
+    async def require_current(self, tx: Transaction, fence: AgentRunFence) -> AgentRun:
+        self._database.check(tx)
+        run = self._existing(fence.run_id)
+        transitions.check_fence(run, fence, self._clock.now())
+        return run
+
+    async def renew(self, tx: Transaction, fence: AgentRunFence) -> AgentRun:
+        run = await self.require_current(tx, fence)
+        return self._write(tx, run.apply(transitions.renew(run, fence, now=self._clock.now())))
+
+    async def end(
+        self, tx: Transaction, run_id: UUID, reason: TerminationReason, fence: AgentRunFence | None
+    ) -> AgentRun:
+        self._database.check(tx)
+        run = self._existing(run_id)
+        change = transitions.end(run, reason, now=self._clock.now(), fence=fence)
+        return self._write(tx, run.apply(change))
+
+    async def requeue(
+        self,
+        tx: Transaction,
+        fence: AgentRunFence,
+        *,
+        charged: bool,
+        delay: timedelta,
+        retry_budget: int,
+    ) -> AgentRun:
+        run = await self.require_current(tx, fence)
+        now = self._clock.now()
+        change = transitions.requeue(
+            run, fence, now=now, due_at=now + delay, charged=charged, retry_budget=retry_budget
+        )
+        return self._write(tx, run.apply(change))
+
+    async def expired(self, tx: Transaction, limit: int) -> list[AgentRun]:
+        self._database.check(tx)
+        now = self._clock.now()
+        found = [run for run in self.rows.values() if run.is_expired(now)]
+        found.sort(key=lambda run: (run.leased_until or now, run.seq))
+        return found[:limit]
+
+    async def take_back(self, tx: Transaction, take_back: TakeBack) -> AgentRun | None:
+        self._database.check(tx)
+        run = self.rows.get(take_back.run_id)
+        now = self._clock.now()
+        if run is None or run.epoch != take_back.epoch or not run.is_expired(now):
+            return None
+        change = transitions.take_back(
+            run, now=now, retry_budget=take_back.retry_budget, delay=take_back.delay
+        )
+        return self._write(tx, run.apply(change))
+
+    async def overdue(self, tx: Transaction, limit: int) -> list[AgentRun]:
+        self._database.check(tx)
+        now = self._clock.now()
+        found = [
+            run
+            for run in self.rows.values()
+            if run.state is AgentRunState.QUEUED and run.is_past_deadline(now)
+        ]
+        found.sort(key=lambda run: (run.deadline_at or now, run.seq))
+        return found[:limit]
+
+    async def purge(self, tx: Transaction, ended_before: datetime, limit: int) -> int:
+        self._database.check(tx)
+        doomed = [
+            run.id
+            for run in self.rows.values()
+            if run.state is AgentRunState.ENDED
+            and run.ended_at is not None
+            and run.ended_at < ended_before
+        ][:limit]
+        for run_id in doomed:
+            self.rows.delete(tx, run_id)
+        return len(doomed)
+
+    async def leased_count(self, tx: Transaction, workspace: str) -> int:
+        self._database.check(tx)
+        return sum(
+            1
+            for run in self.rows.values()
+            if run.workspace == workspace and run.state is AgentRunState.LEASED
+        )
+
+
+class MemoryEventLog(EventLog):
+    """Step events per run; an append checks the fence against the runs table first."""
+
+    def __init__(self, database: MemoryDatabase, clock: Clock, runs: MemoryRunStore) -> None:
+        self._database = database
+        self._clock = clock
+        self._runs = runs
+        self._events: MemoryTable[UUID, tuple[RunEvent, ...]] = MemoryTable(database)
+
+    async def append(
+        self, tx: Transaction, fence: AgentRunFence, type: str, data: JsonObject
+    ) -> RunEvent:
+        await self._runs.require_current(tx, fence)
+        existing = self._events_of(fence.run_id)
+        event = RunEvent(
+            run_id=fence.run_id,
+            seq=len(existing) + 1,
+            epoch=fence.epoch,
+            type=type,
+            data=data,
+            created_at=self._clock.now(),
+        )
+        self._events.put(tx, fence.run_id, (*existing, event))
+        return event
+
+    async def list(self, tx: Transaction, run_id: UUID) -> list[RunEvent]:
+        self._database.check(tx)
+        return list(self._events_of(run_id))
+
+    def _events_of(self, run_id: UUID) -> tuple[RunEvent, ...]:
+        # Events of a purged run go with it, as ON DELETE CASCADE does in PostgreSQL.
+        if self._runs.rows.get(run_id) is None:
+            return ()
+        return self._events.get(run_id) or ()

@@ -1,0 +1,67 @@
+"""The composition root: the one module of the app that names adapters.
+
+Hosts build a container, register their kinds, and take ``runs``, ``worker`` and ``reaper`` from
+it; tests override providers (``container.clock.override(providers.Object(ManualClock()))``).
+The ``profile`` chooses the adapter family: ``memory`` or ``postgres``.
+"""
+
+from __future__ import annotations
+
+import random
+import socket
+import uuid
+
+from dependency_injector import containers, providers
+
+from agentruns.adapters.clock import SystemClock
+from agentruns.adapters.memory import make_memory_stores
+from agentruns.app.kinds import RunKinds
+from agentruns.app.reaper import AgentRunReaper
+from agentruns.app.runs import AgentRuns
+from agentruns.app.settings import AgentRunsSettings
+from agentruns.app.worker import Worker
+
+
+def default_holder() -> str:
+    """A holder name that tells an operator which process holds a lease."""
+    return f"{socket.gethostname()}:{uuid.uuid4().hex[:8]}"
+
+
+class AgentRunsContainer(containers.DeclarativeContainer):
+    settings = providers.Singleton(AgentRunsSettings)
+    profile = providers.Object("memory")
+    clock = providers.Singleton(SystemClock)
+    rng = providers.Singleton(random.Random)
+    kinds = providers.Singleton(RunKinds)
+
+    stores = providers.Selector(
+        profile,
+        memory=providers.Singleton(make_memory_stores, clock=clock),
+    )
+
+    runs = providers.Singleton(
+        AgentRuns,
+        stores=stores,
+        kinds=kinds,
+        rng=rng,
+        band_aging=settings.provided.band_aging,
+    )
+    reaper = providers.Singleton(
+        AgentRunReaper,
+        stores=stores,
+        kinds=kinds,
+        rng=rng,
+        batch=settings.provided.reap_batch,
+    )
+    worker = providers.Factory(
+        Worker,
+        runs=runs,
+        kinds=kinds,
+        notifier=stores.provided.notifier,
+        rng=rng,
+        holder=providers.Callable(default_holder),
+        concurrency=settings.provided.worker_concurrency,
+        poll_interval=providers.Callable(
+            lambda settings: settings.poll_interval.total_seconds(), settings
+        ),
+    )

@@ -1,0 +1,140 @@
+"""``AgentRunReaper``: takes back expired leases and ends overdue runs, on every replica.
+
+No leader: replicas share the work because the store lists expired leases with ``SKIP LOCKED``
+and each take-back is one conditional write in its own transaction. For each expired lease the
+kind's handler locks its domain row, moves it while the run still reads as its lost holder left
+it, and then the run is taken back; if a renewal or another replica won meanwhile, the
+transaction rolls back. A take-back that fails is skipped until the next tick.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass
+
+from agentruns.app.kinds import RunKinds
+from agentruns.app.ports import Stores, TakeBack, Transaction
+from agentruns.domain import run as transitions
+from agentruns.domain.backoff import RandomSource
+from agentruns.domain.run import AgentRun
+from agentruns.domain.states import AgentRunState
+from agentruns.domain.termination import TerminationReason
+
+log = logging.getLogger("agentruns.reaper")
+
+
+class _Lost(Exception):
+    """A renewal or another replica won: roll the take-back's transaction back."""
+
+
+@dataclass(frozen=True, slots=True)
+class ReapReport:
+    taken_back: int = 0
+    requeued: int = 0
+    ended: int = 0
+    overdue_ended: int = 0
+    lost_races: int = 0
+    failed: int = 0
+
+
+class AgentRunReaper:
+    def __init__(
+        self, stores: Stores, kinds: RunKinds, rng: RandomSource, *, batch: int = 500
+    ) -> None:
+        self._stores = stores
+        self._kinds = kinds
+        self._rng = rng
+        self._batch = batch
+
+    async def tick(self) -> ReapReport:
+        """One pass: every expired lease and every overdue queued run seen now."""
+        async with self._stores.scope.transaction() as tx:
+            expired = await self._stores.runs.expired(tx, self._batch)
+        requeued = ended = lost = failed = 0
+        for run in expired:
+            try:
+                async with self._stores.scope.transaction() as tx:
+                    after = await self._take_back(tx, run)
+                if after.state is AgentRunState.QUEUED:
+                    requeued += 1
+                else:
+                    ended += 1
+            except _Lost:
+                lost += 1
+            except Exception:  # skipped until the next tick; the others go on
+                failed += 1
+                log.exception("take-back failed", extra={"run_id": str(run.id)})
+        async with self._stores.scope.transaction() as tx:
+            overdue = await self._stores.runs.overdue(tx, self._batch)
+        overdue_ended = 0
+        for run in overdue:
+            try:
+                async with self._stores.scope.transaction() as tx:
+                    if await self._end_overdue(tx, run):
+                        overdue_ended += 1
+            except Exception:
+                failed += 1
+                log.exception("ending an overdue run failed", extra={"run_id": str(run.id)})
+        return ReapReport(
+            taken_back=requeued + ended,
+            requeued=requeued,
+            ended=ended,
+            overdue_ended=overdue_ended,
+            lost_races=lost,
+            failed=failed,
+        )
+
+    async def _take_back(self, tx: Transaction, seen: AgentRun) -> AgentRun:
+        kind = self._kinds.get(seen.kind)
+        await kind.handler.lock_domain_row(tx, seen)
+        run = await self._stores.runs.lock(tx, seen.id)
+        now = await self._stores.runs.now(tx)
+        if run is None or run.epoch != seen.epoch or not run.is_expired(now):
+            raise _Lost
+        delay = kind.policy.backoff.delay(run.attempt + 1, self._rng)
+        change = transitions.take_back(
+            run, now=now, retry_budget=kind.policy.retry_budget, delay=delay
+        )
+        await kind.handler.on_take_back(tx, run, change)
+        after = await self._stores.runs.take_back(
+            tx, TakeBack(run.id, run.epoch, kind.policy.retry_budget, delay)
+        )
+        if after is None:
+            raise _Lost
+        log.info(
+            "lease taken back",
+            extra={
+                "run_id": str(run.id),
+                "kind": run.kind,
+                "workspace": run.workspace,
+                "subject": run.subject,
+                "epoch": run.epoch,
+                "to": str(after.state),
+            },
+        )
+        return after
+
+    async def _end_overdue(self, tx: Transaction, seen: AgentRun) -> bool:
+        kind = self._kinds.get(seen.kind)
+        await kind.handler.lock_domain_row(tx, seen)
+        run = await self._stores.runs.lock(tx, seen.id)
+        now = await self._stores.runs.now(tx)
+        if run is None or run.state is not AgentRunState.QUEUED or not run.is_past_deadline(now):
+            return False
+        after = await self._stores.runs.end(tx, run.id, TerminationReason.DEADLINE_EXCEEDED, None)
+        await kind.handler.on_moved(tx, after)
+        return True
+
+    async def run(self, stop: asyncio.Event, *, every: float) -> None:
+        """Tick every ``every`` seconds until ``stop`` is set; a failing tick is logged."""
+        while not stop.is_set():
+            try:
+                await self.tick()
+            except Exception:
+                log.exception("reaper tick failed")
+            try:
+                async with asyncio.timeout(every):
+                    await stop.wait()
+            except TimeoutError:
+                pass

@@ -1,0 +1,323 @@
+"""``AgentRuns``: the only writer of runs.
+
+Every method validates its input before it opens a transaction, so a refused request writes
+nothing. Methods that a holder calls inside its own transaction take ``tx``; without one they
+open and commit their own. Lock order everywhere: the kind's domain row, then its run.
+"""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import AsyncIterator, Callable, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime, timedelta
+from uuid import UUID
+
+from agentruns.app.kinds import RunKind, RunKinds
+from agentruns.app.ports import BudgetHold, ClaimRequest, NewRun, RunEvent, Stores, Transaction
+from agentruns.domain.backoff import RandomSource
+from agentruns.domain.bands import DEFAULT_BAND_AGING, Band
+from agentruns.domain.errors import InvalidRequest, RunNotFound
+from agentruns.domain.payload import validate_payload
+from agentruns.domain.run import AgentRun, AgentRunFence, continue_after
+from agentruns.domain.termination import TerminationReason
+
+# A budget hold makes the claim roll back and try again without the held workspaces; a few
+# rounds are plenty, since each round holds at least one more workspace.
+_MAX_CLAIM_ROUNDS = 8
+
+
+class _BudgetHeld(Exception):
+    def __init__(self, holds: list[BudgetHold]) -> None:
+        super().__init__("budget held")
+        self.holds = holds
+
+
+def _name(value: object, what: str) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise InvalidRequest(f"{what} must be a non-empty string, not {value!r}")
+    if len(value) > 512:
+        raise InvalidRequest(f"{what} is longer than 512 characters")
+    return value
+
+
+class AgentRuns:
+    def __init__(
+        self,
+        stores: Stores,
+        kinds: RunKinds,
+        rng: RandomSource,
+        *,
+        band_aging: timedelta = DEFAULT_BAND_AGING,
+        new_id: Callable[[], UUID] = uuid.uuid4,
+    ) -> None:
+        self._stores = stores
+        self._kinds = kinds
+        self._rng = rng
+        self._band_aging = band_aging
+        self._new_id = new_id
+
+    @property
+    def kinds(self) -> RunKinds:
+        return self._kinds
+
+    @property
+    def stores(self) -> Stores:
+        return self._stores
+
+    @asynccontextmanager
+    async def transaction(self, tx: Transaction | None = None) -> AsyncIterator[Transaction]:
+        """The caller's transaction if it gave one, else a new one committed on exit."""
+        if tx is not None:
+            yield tx
+            return
+        async with self._stores.scope.transaction() as own:
+            yield own
+
+    async def enqueue(
+        self,
+        kind: str,
+        *,
+        workspace: str,
+        subject: str,
+        band: Band | str | int = Band.BATCH,
+        payload: object = None,
+        due_at: datetime | None = None,
+        deadline_at: datetime | None = None,
+        tx: Transaction | None = None,
+    ) -> AgentRun:
+        """Queue a run. Unknown kind, bad band, empty names or a non-JSON payload are refused
+        (:class:`~agentruns.domain.errors.InvalidRequest`) before anything is written."""
+        registered = self._kinds.get(kind)
+        new = NewRun(
+            id=self._new_id(),
+            kind=registered.name,
+            workspace=_name(workspace, "workspace"),
+            subject=_name(subject, "subject"),
+            band=Band.parse(band),
+            payload=validate_payload({} if payload is None else payload),
+            lease=registered.policy.lease,
+            due_at=_aware(due_at, "due_at"),
+            deadline_at=_aware(deadline_at, "deadline_at"),
+            deadline_after=registered.policy.deadline,
+        )
+        async with self.transaction(tx) as inner:
+            run = await self._stores.runs.insert(inner, new)
+            await registered.handler.on_moved(inner, run)
+        return run
+
+    async def claim(
+        self, holder: str, *, limit: int = 1, kinds: Sequence[str] | None = None
+    ) -> list[AgentRun]:
+        """Lease up to ``limit`` due runs (one per subject) in the claim order, for a worker."""
+        request = ClaimRequest(
+            holder=_name(holder, "holder"),
+            limit=limit,
+            kinds=self._known(kinds),
+            band_aging=self._band_aging,
+        )
+        return await self._claim(request, None)
+
+    async def claim_subject(
+        self,
+        holder: str,
+        subject: str,
+        *,
+        kinds: Sequence[str],
+        tx: Transaction | None = None,
+    ) -> AgentRun | None:
+        """Lease the subject's next due run of the given kinds (for a sandbox), or ``None``."""
+        request = ClaimRequest(
+            holder=_name(holder, "holder"),
+            limit=1,
+            kinds=self._known(kinds),
+            subject=_name(subject, "subject"),
+            band_aging=self._band_aging,
+        )
+        claimed = await self._claim(request, tx)
+        return claimed[0] if claimed else None
+
+    async def _claim(self, request: ClaimRequest, tx: Transaction | None) -> list[AgentRun]:
+        if request.limit < 1 or (request.kinds is not None and not request.kinds):
+            return []
+        for _ in range(_MAX_CLAIM_ROUNDS):
+            try:
+                if tx is None:
+                    async with self._stores.scope.transaction() as own:
+                        return await self._claim_once(request, own)
+                async with self._stores.scope.savepoint(tx):
+                    return await self._claim_once(request, tx)
+            except _BudgetHeld as held:
+                # The claim rolled back: no epoch or attempt spent. Record the holds so the
+                # next round no longer offers the held workspaces' runs.
+                await self._hold(held.holds, tx)
+        return []
+
+    async def _claim_once(self, request: ClaimRequest, inner: Transaction) -> list[AgentRun]:
+        claimed = await self._stores.runs.claim(inner, request)
+        holds: list[BudgetHold] = []
+        for run in claimed:
+            hold = await self._kinds.get(run.kind).handler.check_budget(inner, run)
+            if hold is not None:
+                holds.append(hold)
+        if holds:
+            raise _BudgetHeld(holds)
+        for run in claimed:
+            await self._kinds.get(run.kind).handler.on_moved(inner, run)
+        return claimed
+
+    async def _hold(self, holds: list[BudgetHold], tx: Transaction | None) -> None:
+        async with self.transaction(tx) as inner:
+            for hold in holds:
+                await self._stores.workspaces.hold_budget(inner, hold)
+
+    async def require_current(self, tx: Transaction, fence: AgentRunFence) -> AgentRun:
+        """Check the fence and hold the lease until ``tx`` ends: a stale epoch and an expired
+        lease (whatever its epoch) raise :class:`~agentruns.domain.errors.LeaseLost`."""
+        return await self._stores.runs.require_current(tx, fence)
+
+    async def renew(self, fence: AgentRunFence, *, tx: Transaction | None = None) -> AgentRun:
+        """The heartbeat: push the lease to now + the run's lease length, if the fence holds."""
+        async with self.transaction(tx) as inner:
+            return await self._stores.runs.renew(inner, fence)
+
+    async def append_event(
+        self, fence: AgentRunFence, type: str, data: object = None, *, tx: Transaction | None = None
+    ) -> RunEvent:
+        """Persist a step event under the fence; a zombie holder appends nothing."""
+        checked = validate_payload({} if data is None else data)
+        async with self.transaction(tx) as inner:
+            return await self._stores.events.append(inner, fence, _name(type, "type"), checked)
+
+    async def end(
+        self, fence: AgentRunFence, reason: TerminationReason, *, tx: Transaction | None = None
+    ) -> AgentRun:
+        """The holder settles its run with ``reason``."""
+        async with self.transaction(tx) as inner:
+            kind = await self._lock_domain_row(inner, fence.run_id)
+            run = await self._stores.runs.end(inner, fence.run_id, reason, fence)
+            await kind.handler.on_moved(inner, run)
+            return run
+
+    async def requeue(
+        self,
+        fence: AgentRunFence,
+        *,
+        charged: bool,
+        delay: timedelta | None = None,
+        tx: Transaction | None = None,
+    ) -> AgentRun:
+        """Give the run back to the queue. A charged requeue spends an attempt; without a
+        ``delay`` it waits the kind's backoff for the attempt it starts."""
+        async with self.transaction(tx) as inner:
+            kind = await self._lock_domain_row(inner, fence.run_id)
+            if delay is None:
+                current = await self._stores.runs.require_current(inner, fence)
+                next_attempt = current.attempt + 1 if charged else current.attempt
+                delay = kind.policy.backoff.delay(next_attempt, self._rng)
+            run = await self._stores.runs.requeue(
+                inner,
+                fence,
+                charged=charged,
+                delay=delay,
+                retry_budget=kind.policy.retry_budget,
+            )
+            await kind.handler.on_moved(inner, run)
+            return run
+
+    async def cancel(self, run_id: UUID) -> AgentRun:
+        """End a queued or leased run CANCELLED at once; its holder's next renewal fails."""
+        async with self.transaction() as inner:
+            kind = await self._lock_domain_row(inner, run_id)
+            run = await self._stores.runs.end(inner, run_id, TerminationReason.CANCELLED, None)
+            await kind.handler.on_moved(inner, run)
+            return run
+
+    async def continue_after(
+        self,
+        ended_run_id: UUID,
+        *,
+        payload: object = None,
+        band: Band | str | int | None = None,
+        due_at: datetime | None = None,
+    ) -> AgentRun:
+        """A new run that goes on where an ended one stopped: same kind, workspace and subject,
+        its epochs, and one more attempt (refused once the kind's budget is spent)."""
+        async with self.transaction() as inner:
+            ended = await self._stores.runs.get(inner, ended_run_id)
+            if ended is None:
+                raise RunNotFound(f"no run {ended_run_id}")
+            kind = self._kinds.get(ended.kind)
+            continuation = continue_after(ended, retry_budget=kind.policy.retry_budget)
+            new = NewRun(
+                id=self._new_id(),
+                kind=ended.kind,
+                workspace=ended.workspace,
+                subject=ended.subject,
+                band=ended.band if band is None else Band.parse(band),
+                payload=ended.payload if payload is None else validate_payload(payload),
+                lease=kind.policy.lease,
+                due_at=_aware(due_at, "due_at"),
+                deadline_after=kind.policy.deadline,
+                epoch=continuation.epoch,
+                attempt=continuation.attempt,
+                continues=continuation.continues,
+            )
+            run = await self._stores.runs.insert(inner, new)
+            await kind.handler.on_moved(inner, run)
+            return run
+
+    async def get(self, run_id: UUID) -> AgentRun:
+        async with self.transaction() as inner:
+            run = await self._stores.runs.get(inner, run_id)
+        if run is None:
+            raise RunNotFound(f"no run {run_id}")
+        return run
+
+    async def events(self, run_id: UUID) -> list[RunEvent]:
+        async with self.transaction() as inner:
+            return await self._stores.events.list(inner, run_id)
+
+    async def purge(self, older_than: timedelta, *, batch: int = 1000) -> int:
+        """Delete runs (and their events) that ended more than ``older_than`` ago."""
+        if older_than < timedelta(0):
+            raise InvalidRequest("purge needs a retention that is not negative")
+        total = 0
+        while True:
+            async with self.transaction() as inner:
+                cutoff = await self._stores.runs.now(inner) - older_than
+                deleted = await self._stores.runs.purge(inner, cutoff, batch)
+            total += deleted
+            if deleted < batch:
+                return total
+
+    async def set_workspace_active(self, workspace: str, active: bool) -> None:
+        async with self.transaction() as inner:
+            await self._stores.workspaces.set_active(inner, _name(workspace, "workspace"), active)
+
+    async def hold_budget(self, hold: BudgetHold) -> None:
+        async with self.transaction() as inner:
+            await self._stores.workspaces.hold_budget(inner, hold)
+
+    async def release_budget(self, workspace: str) -> None:
+        async with self.transaction() as inner:
+            await self._stores.workspaces.release_budget(inner, workspace)
+
+    async def _lock_domain_row(self, tx: Transaction, run_id: UUID) -> RunKind:
+        run = await self._stores.runs.get(tx, run_id)
+        if run is None:
+            raise RunNotFound(f"no run {run_id}")
+        kind = self._kinds.get(run.kind)
+        await kind.handler.lock_domain_row(tx, run)
+        return kind
+
+    def _known(self, kinds: Sequence[str] | None) -> list[str] | None:
+        if kinds is None:
+            return None
+        return [self._kinds.get(kind).name for kind in kinds]
+
+
+def _aware(moment: datetime | None, what: str) -> datetime | None:
+    if moment is not None and moment.tzinfo is None:
+        raise InvalidRequest(f"{what} must be timezone-aware")
+    return moment

@@ -1,0 +1,178 @@
+"""The worker runtime: claim runs, drive their steps, renew at every step boundary, recover.
+
+At each step boundary the lease is renewed first and the step's event appended after, in one
+transaction, so a holder that lost its lease never appends. A lost lease stops the run without
+settling it (``LEASE_LOST``): it belongs to its new holder, or to the reaper. A failure is
+classified and the pure recovery decision applied: dead-letter, or a charged requeue after the
+kind's backoff.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from dataclasses import dataclass, field
+
+from agentruns.app.kinds import RunKinds
+from agentruns.app.ports import Notifier
+from agentruns.app.runs import AgentRuns
+from agentruns.domain.backoff import RandomSource
+from agentruns.domain.errors import LeaseLost, RunNotFound
+from agentruns.domain.failures import classify
+from agentruns.domain.run import AgentRun
+from agentruns.domain.termination import (
+    EndRun,
+    RequeueRun,
+    RunOutcome,
+    TerminationReason,
+    decide_recovery,
+)
+
+log = logging.getLogger("agentruns.worker")
+
+
+@dataclass
+class WorkerStats:
+    """What a worker did, by outcome (read by tests, the demo and metrics)."""
+
+    outcomes: dict[RunOutcome, int] = field(default_factory=dict)
+    claimed: int = 0
+
+    def count(self, outcome: RunOutcome) -> None:
+        self.outcomes[outcome] = self.outcomes.get(outcome, 0) + 1
+
+
+class Worker:
+    def __init__(
+        self,
+        runs: AgentRuns,
+        kinds: RunKinds,
+        notifier: Notifier,
+        rng: RandomSource,
+        *,
+        holder: str,
+        concurrency: int = 8,
+        poll_interval: float = 2.0,
+        only_kinds: list[str] | None = None,
+    ) -> None:
+        if concurrency < 1:
+            raise ValueError("a worker needs a concurrency of at least 1")
+        self._runs = runs
+        self._kinds = kinds
+        self._notifier = notifier
+        self._rng = rng
+        self.holder = holder
+        self._concurrency = concurrency
+        self._poll_interval = poll_interval
+        self._only_kinds = only_kinds
+        self.stats = WorkerStats()
+
+    async def drive(self, run: AgentRun) -> RunOutcome:
+        """Run a leased run's steps to its outcome."""
+        kind = self._kinds.get(run.kind)
+        fence = run.fence
+        extra = _context(run)
+        try:
+            async for event in kind.steps(run):
+                async with self._runs.transaction() as tx:
+                    await self._runs.renew(fence, tx=tx)
+                    await self._runs.append_event(fence, event.type, event.data, tx=tx)
+            await self._runs.end(fence, TerminationReason.COMPLETED)
+            outcome = RunOutcome.COMPLETED
+        except LeaseLost:
+            outcome = await self._lost(run)
+        except Exception as failure:  # a step failed: classify it and recover
+            outcome = await self._recover(run, failure)
+        log.info("run %s", outcome, extra={**extra, "outcome": str(outcome)})
+        self.stats.count(outcome)
+        return outcome
+
+    async def _recover(self, run: AgentRun, failure: Exception) -> RunOutcome:
+        kind = self._kinds.get(run.kind)
+        failure_class = classify(failure)
+        decision = decide_recovery(failure_class, run.attempt, kind.policy.retry_budget)
+        log.warning(
+            "step failed (%s): %s",
+            failure_class,
+            failure,
+            extra={**_context(run), "failure_class": str(failure_class)},
+        )
+        try:
+            match decision:
+                case EndRun(reason=reason):
+                    await self._runs.end(run.fence, reason)
+                    return RunOutcome.FAILED
+                case RequeueRun(attempt=attempt):
+                    delay = kind.policy.backoff.delay(attempt, self._rng)
+                    await self._runs.requeue(run.fence, charged=True, delay=delay)
+                    return RunOutcome.REQUEUED
+        except LeaseLost:
+            return await self._lost(run)
+
+    async def _lost(self, run: AgentRun) -> RunOutcome:
+        """A lost lease; CANCELLED when the loss was a cancel of this very epoch."""
+        try:
+            now = await self._runs.get(run.id)
+        except RunNotFound:
+            return RunOutcome.LEASE_LOST
+        if now.epoch == run.epoch and now.end_reason is TerminationReason.CANCELLED:
+            return RunOutcome.CANCELLED
+        return RunOutcome.LEASE_LOST
+
+    async def claim_and_drive(self, limit: int) -> int:
+        """Claim up to ``limit`` runs and drive them all to their outcome; how many it claimed."""
+        claimed = await self._runs.claim(self.holder, limit=limit, kinds=self._only_kinds)
+        self.stats.claimed += len(claimed)
+        await asyncio.gather(*(self.drive(run) for run in claimed))
+        return len(claimed)
+
+    async def run(self, stop: asyncio.Event, *, grace: float = 30.0) -> None:
+        """Claim and drive runs until ``stop`` is set; then stop claiming, give running steps
+        ``grace`` seconds to finish, and leave the rest to lease expiry and the reaper."""
+        running: set[asyncio.Task[RunOutcome]] = set()
+        while not stop.is_set():
+            free = self._concurrency - len(running)
+            claimed: list[AgentRun] = []
+            if free > 0:
+                try:
+                    claimed = await self._runs.claim(
+                        self.holder, limit=free, kinds=self._only_kinds
+                    )
+                except Exception:  # a failing claim must not kill the worker
+                    log.exception("claim failed; retrying after the poll interval")
+            self.stats.claimed += len(claimed)
+            for run in claimed:
+                task = asyncio.create_task(self.drive(run))
+                running.add(task)
+                task.add_done_callback(running.discard)
+            if claimed and len(running) < self._concurrency:
+                continue
+            await self._idle(stop, running)
+        if running:
+            _, pending = await asyncio.wait(running, timeout=grace)
+            for task in pending:
+                task.cancel()
+            await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _idle(self, stop: asyncio.Event, running: set[asyncio.Task[RunOutcome]]) -> None:
+        """Wait for a wake-up, a free slot, the stop signal or the poll interval."""
+        waiters: set[asyncio.Future[object]] = {
+            asyncio.ensure_future(stop.wait()),
+            asyncio.ensure_future(self._notifier.wait(self._poll_interval)),
+        }
+        if len(running) >= self._concurrency:
+            waiters.add(asyncio.ensure_future(asyncio.wait(running, return_when="FIRST_COMPLETED")))
+        _, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
+        for future in pending:
+            future.cancel()
+        await asyncio.gather(*pending, return_exceptions=True)
+
+
+def _context(run: AgentRun) -> dict[str, object]:
+    return {
+        "run_id": str(run.id),
+        "kind": run.kind,
+        "workspace": run.workspace,
+        "subject": run.subject,
+        "epoch": run.epoch,
+    }

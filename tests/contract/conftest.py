@@ -1,0 +1,94 @@
+"""The contract suite's backends: every test here runs on each adapter family in BACKENDS."""
+
+from __future__ import annotations
+
+import random
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+import pytest
+
+from agentruns.adapters.clock import ManualClock
+from agentruns.adapters.memory import (
+    MemoryDatabase,
+    MemoryEventLog,
+    MemoryNotifier,
+    MemoryRunStore,
+    MemoryWorkspaceStore,
+)
+from agentruns.adapters.memory.reviews import MemoryReviewJobs
+from agentruns.app.kinds import RunKinds
+from agentruns.app.ports import Stores
+from agentruns.app.reaper import AgentRunReaper
+from agentruns.app.reviews import ReviewJobs
+from agentruns.app.runs import AgentRuns
+from agentruns.app.worker import Worker
+from tests.contract.kinds import contract_kinds
+
+START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+BACKENDS = ["memory"]
+
+
+@dataclass
+class Backend:
+    """One adapter family under test, on a manual clock."""
+
+    name: str
+    clock: ManualClock
+    stores: Stores
+    review_jobs: ReviewJobs
+
+
+def _memory(clock: ManualClock) -> Backend:
+    database = MemoryDatabase()
+    notifier = MemoryNotifier()
+    workspaces = MemoryWorkspaceStore(database, clock)
+    runs = MemoryRunStore(database, clock, workspaces, notifier)
+    stores = Stores(
+        scope=database,
+        runs=runs,
+        events=MemoryEventLog(database, clock, runs),
+        workspaces=workspaces,
+        notifier=notifier,
+    )
+    return Backend("memory", clock, stores, MemoryReviewJobs(database))
+
+
+@pytest.fixture
+def clock() -> ManualClock:
+    return ManualClock(START)
+
+
+@pytest.fixture
+def rng() -> random.Random:
+    return random.Random(7)
+
+
+@pytest.fixture(params=BACKENDS)
+async def backend(request: pytest.FixtureRequest, clock: ManualClock) -> AsyncIterator[Backend]:
+    if request.param == "memory":
+        yield _memory(clock)
+    else:  # pragma: no cover - each family adds its branch
+        raise AssertionError(f"unknown backend {request.param}")
+
+
+@pytest.fixture
+def kinds(backend: Backend) -> RunKinds:
+    return contract_kinds(backend.review_jobs)
+
+
+@pytest.fixture
+def runs(backend: Backend, kinds: RunKinds, rng: random.Random) -> AgentRuns:
+    return AgentRuns(backend.stores, kinds, rng)
+
+
+@pytest.fixture
+def reaper(backend: Backend, kinds: RunKinds, rng: random.Random) -> AgentRunReaper:
+    return AgentRunReaper(backend.stores, kinds, rng)
+
+
+@pytest.fixture
+def worker(backend: Backend, runs: AgentRuns, kinds: RunKinds, rng: random.Random) -> Worker:
+    return Worker(runs, kinds, backend.stores.notifier, rng, holder="worker-1", poll_interval=0.05)
