@@ -9,8 +9,8 @@ from uuid import UUID
 import jsonschema
 import pytest
 
-from agentruns.adapters.kubernetes.manifest import claim_name
 from agentruns.app.sandbox_ports import SANDBOX_ID_LABEL, SandboxClaimRef, SandboxClaimSpec
+from agentruns.app.sandboxes import claim_name_of as claim_name
 from agentruns.domain.errors import SandboxError
 from tests.contract.sandboxes.harness import CLUSTERS, Cluster, cluster_of
 from tests.contract.sandboxes.schema import SANDBOX_CLAIM_V1BETA1

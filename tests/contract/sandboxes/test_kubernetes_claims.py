@@ -6,7 +6,7 @@ import kmock
 import pytest
 
 from agentruns.adapters.kubernetes.claims import KubernetesSandboxClaims
-from agentruns.adapters.kubernetes.manifest import claim_name
+from agentruns.app.sandboxes import claim_name_of as claim_name
 from agentruns.domain.errors import SandboxError
 from tests.contract.sandboxes.emulator import NAMESPACE, client_for, emulated_cluster
 from tests.contract.sandboxes.test_claims_contract import SANDBOX_ID, spec

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import re
 from datetime import UTC
-from uuid import UUID
 
 from agentruns.app.sandbox_ports import (
     GATEWAY_URL_VARIABLE,
@@ -16,6 +15,7 @@ from agentruns.app.sandbox_ports import (
     TOKEN_VARIABLE,
     SandboxClaimSpec,
 )
+from agentruns.app.sandboxes import SHUTDOWN_POLICIES
 from agentruns.domain.payload import JsonObject
 
 GROUP = "extensions.agents.x-k8s.io"
@@ -23,16 +23,10 @@ VERSION = "v1beta1"
 KIND = "SandboxClaim"
 PLURAL = "sandboxclaims"
 API_VERSION = f"{GROUP}/{VERSION}"
-SHUTDOWN_POLICIES = frozenset({"Delete", "DeleteForeground", "Retain"})
 
 # The Sandbox and its Pod take the claim's name, so it must be a DNS-1035 label.
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
 MAX_NAME = 63
-
-
-def claim_name(sandbox_id: UUID) -> str:
-    """``sbx-`` and the sandbox id in hex: 36 characters, a DNS-1035 label."""
-    return f"sbx-{sandbox_id.hex}"
 
 
 def claim_manifest(spec: SandboxClaimSpec, namespace: str | None = None) -> JsonObject:
