@@ -208,9 +208,7 @@ class AgentSandboxes:
                 await self._store.touch(tx, sandbox.id)
             return run
 
-    async def renew(
-        self, token: str | None, run_id: UUID, epoch: int, runs: AgentRuns
-    ) -> AgentRun:
+    async def renew(self, token: str | None, run_id: UUID, epoch: int, runs: AgentRuns) -> AgentRun:
         """The heartbeat of a run this sandbox holds, fenced by its epoch."""
         async with self._scope.transaction() as tx:
             sandbox = await self.hold(tx, token)
