@@ -10,9 +10,7 @@ from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
 from agentruns.adapters.clock import ManualClock
-from agentruns.adapters.memory import make_memory_stores
-from agentruns.adapters.memory.database import MemoryDatabase
-from agentruns.adapters.memory.runs import MemoryRunStore
+from agentruns.adapters.memory import MemoryFamily
 from agentruns.adapters.memory.sandboxes import MemorySandboxStore
 from agentruns.adapters.tokens import JwtSandboxTokens, SigningKey
 from agentruns.app.kinds import RunKind, RunKinds
@@ -67,19 +65,14 @@ def run_kinds() -> RunKinds:
     return RunKinds([kind("code"), kind("chat"), kind("review")])
 
 
-def _memory_store(stores: Stores, clock: ManualClock) -> SandboxStore:
-    assert isinstance(stores.scope, MemoryDatabase)
-    assert isinstance(stores.runs, MemoryRunStore)
-    return MemorySandboxStore(stores.scope, clock, stores.runs)
-
-
 @asynccontextmanager
 async def world_of(family: str, cluster_family: str) -> AsyncIterator[World]:
     clock = ManualClock(START)
     if family != "memory":  # pragma: no cover - each store family adds its branch
         raise AssertionError(f"unknown store family {family}")
-    stores = make_memory_stores(clock)
-    store = _memory_store(stores, clock)
+    family = MemoryFamily(clock)
+    stores = family.stores
+    store: SandboxStore = MemorySandboxStore(family.database, clock, family.runs)
     ids = [UUID(int=n) for n in range(1, 1000)]
     handed: list[UUID] = []
 
