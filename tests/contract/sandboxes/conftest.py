@@ -15,5 +15,7 @@ from tests.contract.sandboxes.world import STORE_FAMILIES, World, world_of
 )
 async def world(request: pytest.FixtureRequest) -> AsyncIterator[World]:
     family, cluster = request.param
-    async with world_of(family, cluster) as world:
+    # Only a PostgreSQL world asks for the server, so a memory-only run never starts it.
+    url = request.getfixturevalue("postgres_url") if family == "postgres" else None
+    async with world_of(family, cluster, url) as world:
         yield world

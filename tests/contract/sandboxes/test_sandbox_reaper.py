@@ -159,13 +159,12 @@ async def test_a_reaper_racing_a_next_call_never_leaves_a_run_leased_to_a_dead_s
 ) -> None:
     """Whichever wins, either the run is leased by a live sandbox, or the sandbox is taken back
     with the run still queued: the next call holds the row while it leases."""
-    for reaper_first in (False, True):
-        subject = f"task:{int(reaper_first)}"
+    for order in ("reaper-first", "next-first", "together"):
         # Its first call comes just as the start limit passes.
-        sandbox = await world.sandboxes.ensure("coder", workspace="ws", subject=subject)
+        sandbox = await world.sandboxes.ensure("coder", workspace="ws", subject=order)
         token = await world.token_of(sandbox)
         world.clock.advance(timedelta(minutes=2))
-        run = await world.runs.enqueue("code", workspace="ws", subject=subject)
+        run = await world.runs.enqueue("code", workspace="ws", subject=order)
 
         async def next_call(token: str = token) -> object:
             try:
@@ -173,18 +172,41 @@ async def test_a_reaper_racing_a_next_call_never_leaves_a_run_leased_to_a_dead_s
             except SandboxNotLive as exc:
                 return exc
 
-        async def reap() -> object:
-            return await world.reaper.tick()
-
-        calls = (reap(), next_call()) if reaper_first else (next_call(), reap())
-        await asyncio.gather(*calls)
+        if order == "reaper-first":
+            await world.reaper.tick()
+            assert isinstance(await next_call(), SandboxNotLive)
+        elif order == "next-first":
+            await next_call()
+            assert (await world.reaper.tick()).taken_back == []
+        else:
+            await asyncio.gather(world.reaper.tick(), next_call())
         state = await state_of(world, sandbox)
         current = await world.runs.get(run.id)
         if state in (SandboxState.REQUESTED, SandboxState.READY):
             assert current.state is AgentRunState.LEASED
         else:
             assert current.state is AgentRunState.QUEUED
-        assert (state is None) is reaper_first
         await world.runs.cancel(run.id)
         await world.sandboxes.take_back(sandbox.id)
         await world.reaper.tick()
+
+
+async def test_the_reaper_leaves_a_sandbox_alone_while_a_call_holds_it(world: World) -> None:
+    """A tick that starts while next holds the row does not take the sandbox back."""
+    sandbox = await world.sandboxes.ensure("coder", workspace="ws", subject="task:1")
+    token = await world.token_of(sandbox)
+    world.clock.advance(timedelta(minutes=2))
+    run = await world.runs.enqueue("code", workspace="ws", subject="task:1")
+    async with world.stores.scope.transaction() as tx:
+        held = await world.sandboxes.hold(tx, token)
+        reaping = asyncio.create_task(world.reaper.tick())
+        await asyncio.sleep(0)
+        leased = await world.runs.claim_subject(
+            f"sandbox:{held.id}", "task:1", kinds=["code"], tx=tx
+        )
+        assert leased is not None
+        await world.store.touch(tx, held.id)
+    reap = await reaping
+    assert reap.taken_back == []
+    assert await state_of(world, sandbox) is SandboxState.READY
+    assert (await world.runs.get(run.id)).state is AgentRunState.LEASED

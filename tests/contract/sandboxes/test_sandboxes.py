@@ -9,6 +9,7 @@ import pytest
 from agentruns.app.sandbox_ports import SandboxClaimRef, SandboxClaims, SandboxClaimSpec
 from agentruns.app.sandboxes import AgentSandboxes, claim_name_of
 from agentruns.domain.errors import (
+    IllegalTransition,
     InvalidRequest,
     InvalidToken,
     SandboxError,
@@ -215,3 +216,12 @@ async def test_a_conversation_kind_makes_conversation_sandboxes(world: World) ->
     """The kind's conversation flag is the row's."""
     sandbox = await world.sandboxes.ensure("talker", workspace="ws", subject="chat:1")
     assert sandbox.conversation is TALKER.conversation is True
+
+
+async def test_only_a_deleting_row_is_deleted(world: World) -> None:
+    """The store refuses to delete a live sandbox's row: its claim would be left ownerless."""
+    sandbox = await ensure_coder(world)
+    with pytest.raises(IllegalTransition):
+        async with world.stores.scope.transaction() as tx:
+            await world.store.delete(tx, sandbox.id)
+    assert await world.row(sandbox.id) == sandbox

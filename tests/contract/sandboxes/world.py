@@ -12,6 +12,9 @@ from uuid import UUID
 from agentruns.adapters.clock import ManualClock
 from agentruns.adapters.memory import MemoryFamily
 from agentruns.adapters.memory.sandboxes import MemorySandboxStore
+from agentruns.adapters.postgres import close_postgres_stores, make_postgres_stores
+from agentruns.adapters.postgres.database import PostgresDatabase
+from agentruns.adapters.postgres.sandboxes import PostgresSandboxStore
 from agentruns.adapters.tokens import JwtSandboxTokens, SigningKey
 from agentruns.app.kinds import RunKind, RunKinds
 from agentruns.app.ports import Stores
@@ -32,7 +35,7 @@ CODER = AgentSandboxKind("coder", runs=("code",), warm_pool="coder-pool")
 TALKER = AgentSandboxKind("talker", runs=("chat",), warm_pool="talker-pool", conversation=True)
 REVIEWER = AgentSandboxKind("reviewer", runs=(), warm_pool="reviewer-pool")
 
-STORE_FAMILIES = ["memory"]
+STORE_FAMILIES = ["memory", "postgres"]
 
 
 @dataclass
@@ -66,13 +69,29 @@ def run_kinds() -> RunKinds:
 
 
 @asynccontextmanager
-async def world_of(family: str, cluster_family: str) -> AsyncIterator[World]:
-    clock = ManualClock(START)
-    if family != "memory":  # pragma: no cover - each store family adds its branch
+async def stores_of(
+    family: str, clock: ManualClock, postgres_url: str | None
+) -> AsyncIterator[tuple[Stores, SandboxStore]]:
+    """The run stores and the sandbox store of one family, sharing one transaction scope."""
+    if family == "memory":
+        memory = MemoryFamily(clock)
+        yield memory.stores, MemorySandboxStore(memory.database, clock, memory.runs)
+    elif family == "postgres" and postgres_url is not None:
+        stores = make_postgres_stores(postgres_url, clock)
+        assert isinstance(stores.scope, PostgresDatabase)
+        try:
+            yield stores, PostgresSandboxStore(stores.scope)
+        finally:
+            await close_postgres_stores(stores)
+    else:  # pragma: no cover - each store family adds its branch
         raise AssertionError(f"unknown store family {family}")
-    family = MemoryFamily(clock)
-    stores = family.stores
-    store: SandboxStore = MemorySandboxStore(family.database, clock, family.runs)
+
+
+@asynccontextmanager
+async def world_of(
+    family: str, cluster_family: str, postgres_url: str | None = None
+) -> AsyncIterator[World]:
+    clock = ManualClock(START)
     ids = [UUID(int=n) for n in range(1, 1000)]
     handed: list[UUID] = []
 
@@ -80,7 +99,10 @@ async def world_of(family: str, cluster_family: str) -> AsyncIterator[World]:
         handed.append(ids[len(handed)])
         return handed[-1]
 
-    async with cluster_of(cluster_family) as cluster:
+    async with (
+        stores_of(family, clock, postgres_url) as (stores, store),
+        cluster_of(cluster_family) as cluster,
+    ):
         tokens = JwtSandboxTokens([KEY], clock)
         runs = AgentRuns(stores, run_kinds(), random.Random(3))
         sandboxes = AgentSandboxes(
