@@ -48,6 +48,7 @@ class EmulatedCluster:
 
     def __init__(self, emulator: ClusterEmulator, client: AsyncClient) -> None:
         self.emulator = emulator
+        self.client = client
         self.claims = KubernetesSandboxClaims(client, NAMESPACE)
 
     def body(self, name: str) -> dict[str, Any] | None:

@@ -14,6 +14,7 @@ import httpx2
 from lightkube import AsyncClient
 from lightkube.core.exceptions import ApiError
 from lightkube.generic_resource import create_namespaced_resource
+from lightkube.resources.core_v1 import Service
 
 from agentruns.adapters.kubernetes.manifest import GROUP, KIND, PLURAL, VERSION, claim_manifest
 from agentruns.app.sandbox_ports import (
@@ -30,7 +31,7 @@ NOT_FOUND = 404
 
 
 def _status(exc: httpx2.HTTPError) -> int | None:
-    if isinstance(exc, ApiError) and exc.status.code is not None:
+    if isinstance(exc, ApiError) and exc.status is not None and exc.status.code is not None:
         return int(exc.status.code)
     if isinstance(exc, httpx2.HTTPStatusError):
         return exc.response.status_code
@@ -81,3 +82,21 @@ class KubernetesSandboxClaims(SandboxClaims):
         except httpx2.HTTPError as exc:
             raise _refused("list", "*", exc) from exc
         return refs
+
+
+async def gateway_url_of(client: AsyncClient, service: str, namespace: str, *, port: int) -> str:
+    """The gateway's address as a sandbox must be given it: a sandbox has no cluster DNS, so the
+    server resolves the gateway Service to its cluster IP once and hands that on in each claim."""
+    try:
+        found = await client.get(Service, service, namespace=namespace)
+    except httpx2.HTTPError as exc:
+        raise _refused("read", f"{namespace}/{service}", exc) from exc
+    spec = found.spec
+    address = spec.clusterIP if spec is not None else None
+    if not address or address == "None":
+        raise SandboxError(f"service {namespace}/{service} has no cluster IP (headless?)")
+    ports = {item.port for item in (spec.ports or [])} if spec is not None else set()
+    if port not in ports:
+        raise SandboxError(f"service {namespace}/{service} does not serve port {port}")
+    host = f"[{address}]" if ":" in address else address
+    return f"http://{host}:{port}"
