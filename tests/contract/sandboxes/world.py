@@ -11,7 +11,6 @@ from uuid import UUID
 
 from agentruns.adapters.clock import ManualClock
 from agentruns.adapters.memory import MemoryFamily
-from agentruns.adapters.memory.sandboxes import MemorySandboxStore
 from agentruns.adapters.postgres import close_postgres_stores, make_postgres_stores
 from agentruns.adapters.postgres.database import PostgresDatabase
 from agentruns.adapters.postgres.sandboxes import PostgresSandboxStore
@@ -75,7 +74,7 @@ async def stores_of(
     """The run stores and the sandbox store of one family, sharing one transaction scope."""
     if family == "memory":
         memory = MemoryFamily(clock)
-        yield memory.stores, MemorySandboxStore(memory.database, clock, memory.runs)
+        yield memory.stores, memory.sandboxes
     elif family == "postgres" and postgres_url is not None:
         stores = make_postgres_stores(postgres_url, clock)
         assert isinstance(stores.scope, PostgresDatabase)
