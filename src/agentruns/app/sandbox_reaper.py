@@ -14,6 +14,7 @@ label are never touched.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 from dataclasses import dataclass, field
 
@@ -22,7 +23,7 @@ from agentruns.app.sandbox_ports import SandboxClaims, SandboxStore
 from agentruns.domain.errors import SandboxError
 from agentruns.domain.sandbox import AgentSandbox, SandboxTimings
 
-log = logging.getLogger(__name__)
+log = logging.getLogger("agentruns.sandbox_reaper")
 
 
 @dataclass(slots=True)
@@ -58,6 +59,20 @@ class AgentSandboxReaper:
         await self._delete_taken_back(reap)
         await self._sweep_orphans(reap)
         return reap
+
+    async def run(self, stop: asyncio.Event, *, every: float) -> None:
+        """Tick every ``every`` seconds (``lease_renewal``) until ``stop`` is set; a failing tick
+        is logged and the next one tries again."""
+        while not stop.is_set():
+            try:
+                await self.tick()
+            except Exception:
+                log.exception("sandbox reaper tick failed")
+            try:
+                async with asyncio.timeout(every):
+                    await stop.wait()
+            except TimeoutError:
+                pass
 
     async def _delete_taken_back(self, reap: SandboxReap) -> None:
         async with self._scope.transaction() as tx:

@@ -210,3 +210,17 @@ async def test_the_reaper_leaves_a_sandbox_alone_while_a_call_holds_it(world: Wo
     assert reap.taken_back == []
     assert await state_of(world, sandbox) is SandboxState.READY
     assert (await world.runs.get(run.id)).state is AgentRunState.LEASED
+
+
+async def test_the_reaper_runs_until_stopped(world: World) -> None:
+    """run() ticks at once, then waits for its interval or the stop, whichever comes first."""
+    world.cluster.add_foreign("sbx-orphan", {SANDBOX_ID_LABEL: "purged"})
+    stop = asyncio.Event()
+    running = asyncio.create_task(world.reaper.run(stop, every=3600))
+    for _ in range(500):
+        if "sbx-orphan" not in world.cluster.names():
+            break
+        await asyncio.sleep(0.01)
+    stop.set()
+    await running
+    assert world.cluster.names() == set()
