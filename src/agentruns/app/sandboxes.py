@@ -37,7 +37,7 @@ from agentruns.domain.errors import (
     StaleEpoch,
 )
 from agentruns.domain.run import AgentRun, AgentRunFence
-from agentruns.domain.sandbox import AgentSandbox, SandboxState
+from agentruns.domain.sandbox import AgentSandbox, SandboxState, usable
 from agentruns.domain.termination import TerminationReason
 
 SHUTDOWN_POLICIES = frozenset({"Delete", "DeleteForeground", "Retain"})
@@ -113,6 +113,9 @@ class AgentSandboxes:
     async def ensure(self, kind: str, *, workspace: str, subject: str) -> AgentSandbox:
         """The subject's live sandbox, or a new one: its row committed first, then its claim.
 
+        A live sandbox past its shutdown that the reaper has not reached yet is taken back in the
+        same transaction, and a new one replaces it.
+
         If the cluster refuses the claim, the new row is taken back at once (the reaper deletes
         it) and :class:`~agentruns.domain.errors.SandboxError` is raised; a later ``ensure``
         starts afresh.
@@ -121,10 +124,12 @@ class AgentSandboxes:
         if not workspace or not subject:
             raise InvalidRequest("a sandbox needs a workspace and a subject")
         async with self._scope.transaction() as tx:
-            live = await self._store.live_of_subject(tx, subject)
-            if live is not None:
-                return live
             now = await self._store.now(tx)
+            live = await self._store.live_of_subject(tx, subject)
+            if live is not None and usable(live, now):
+                return live
+            if live is not None:  # past its shutdown, not reaped yet: make way for a new one
+                await self._store.take_back(tx, live.id)
             shutdown = min(now + sandbox_kind.lifetime, self._tokens.signable_until())
             sandbox_id = self._new_id()
             row = AgentSandbox(

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 from datetime import timedelta
 
 import pytest
@@ -225,3 +226,25 @@ async def test_only_a_deleting_row_is_deleted(world: World) -> None:
         async with world.stores.scope.transaction() as tx:
             await world.store.delete(tx, sandbox.id)
     assert await world.row(sandbox.id) == sandbox
+
+
+async def test_ensure_replaces_a_sandbox_past_its_shutdown(world: World) -> None:
+    """A live row whose shutdown passed is no sandbox to hand out: it is taken back, and a new
+    one is made in its place before the reaper comes by."""
+    old = await ensure_coder(world)
+    world.clock.set(old.shutdown_at)
+    new = await ensure_coder(world)
+    assert new.id != old.id
+    assert new.shutdown_at == old.shutdown_at + CODER.lifetime
+    gone = await world.row(old.id)
+    assert gone is not None
+    assert gone.state is SandboxState.DELETING
+    await world.reaper.tick()
+    assert world.cluster.names() == {new.claim_name}
+
+
+async def test_concurrent_ensures_of_a_subject_make_one_sandbox(world: World) -> None:
+    """Racing callers all get the one live sandbox, and the cluster gets one claim."""
+    results = await asyncio.gather(*(ensure_coder(world) for _ in range(4)))
+    assert len({sandbox.id for sandbox in results}) == 1
+    assert world.cluster.names() == {results[0].claim_name}
