@@ -8,6 +8,8 @@ from uuid import UUID
 
 import pytest
 
+from agentruns.app.sandbox_reaper import sandbox_timings
+from agentruns.app.settings import AgentRunsSettings
 from agentruns.domain.errors import IllegalTransition, SandboxNotLive
 from agentruns.domain.sandbox import (
     AgentSandbox,
@@ -109,3 +111,18 @@ def test_a_lease_moves_the_idle_clock() -> None:
         )
         is None
     )
+
+
+def test_the_take_back_limits_come_from_the_settings() -> None:
+    """AGENTRUNS_SANDBOX_START, _SANDBOX_IDLE and _CONVERSATION_SANDBOX_IDLE set the reaper's."""
+    settings = AgentRunsSettings(
+        sandbox_start=timedelta(minutes=3),
+        sandbox_idle=timedelta(seconds=90),
+        conversation_sandbox_idle=timedelta(minutes=20),
+    )
+    assert sandbox_timings(settings) == SandboxTimings(
+        start=timedelta(minutes=3),
+        idle=timedelta(seconds=90),
+        conversation_idle=timedelta(minutes=20),
+    )
+    assert sandbox_timings(AgentRunsSettings()) == SandboxTimings()
