@@ -15,6 +15,7 @@ from dependency_injector import containers, providers
 
 from agentruns.adapters.clock import SystemClock
 from agentruns.adapters.memory import make_memory_stores
+from agentruns.adapters.postgres import make_postgres_stores
 from agentruns.app.kinds import RunKinds
 from agentruns.app.reaper import AgentRunReaper
 from agentruns.app.runs import AgentRuns
@@ -37,6 +38,16 @@ class AgentRunsContainer(containers.DeclarativeContainer):
     stores = providers.Selector(
         profile,
         memory=providers.Singleton(make_memory_stores, clock=clock),
+        # Every time decision on the database clock; the pool is sized for the worker's slots
+        # plus the reaper and a claimer.
+        postgres=providers.Singleton(
+            make_postgres_stores,
+            url=settings.provided.database_url,
+            clock=None,
+            pool_size=providers.Callable(
+                lambda settings: settings.worker_concurrency + 2, settings
+            ),
+        ),
     )
 
     runs = providers.Singleton(
