@@ -3,6 +3,10 @@
 Hosts build a container, register their kinds, and take ``runs``, ``worker`` and ``reaper`` from
 it; tests override providers (``container.clock.override(providers.Object(ManualClock()))``).
 The ``profile`` chooses the adapter family: ``memory`` or ``postgres``.
+
+Sandboxes need what only the host knows: it provides ``sandbox_claims`` (a
+``KubernetesSandboxClaims`` over its cluster client), ``sandbox_tokens`` (its signing keys),
+``sandbox_kinds`` and ``gateway_url``, then takes ``sandboxes`` and ``sandbox_reaper``.
 """
 
 from __future__ import annotations
@@ -15,10 +19,15 @@ from dependency_injector import containers, providers
 
 from agentruns.adapters.clock import SystemClock
 from agentruns.adapters.memory import make_memory_stores
+from agentruns.adapters.memory.sandboxes import memory_sandbox_store
 from agentruns.adapters.postgres import make_postgres_stores
+from agentruns.adapters.postgres.sandboxes import postgres_sandbox_store
 from agentruns.app.kinds import RunKinds
 from agentruns.app.reaper import AgentRunReaper
 from agentruns.app.runs import AgentRuns
+from agentruns.app.sandbox_ports import SandboxClaims, SandboxTokens
+from agentruns.app.sandbox_reaper import AgentSandboxReaper, sandbox_timings
+from agentruns.app.sandboxes import AgentSandboxes
 from agentruns.app.settings import AgentRunsSettings
 from agentruns.app.worker import Worker
 
@@ -75,4 +84,31 @@ class AgentRunsContainer(containers.DeclarativeContainer):
         poll_interval=providers.Callable(
             lambda settings: settings.poll_interval.total_seconds(), settings
         ),
+    )
+
+    sandbox_store = providers.Selector(
+        profile,
+        memory=providers.Singleton(memory_sandbox_store, stores=stores, clock=clock),
+        postgres=providers.Singleton(postgres_sandbox_store, stores=stores),
+    )
+    sandbox_claims: providers.Dependency[SandboxClaims] = providers.Dependency()
+    sandbox_tokens: providers.Dependency[SandboxTokens] = providers.Dependency()
+    sandbox_kinds = providers.Object(())
+    gateway_url = providers.Dependency(instance_of=str)
+    sandboxes = providers.Singleton(
+        AgentSandboxes,
+        scope=stores.provided.scope,
+        store=sandbox_store,
+        claims=sandbox_claims,
+        tokens=sandbox_tokens,
+        kinds=sandbox_kinds,
+        gateway_url=gateway_url,
+    )
+    sandbox_reaper = providers.Singleton(
+        AgentSandboxReaper,
+        scope=stores.provided.scope,
+        store=sandbox_store,
+        claims=sandbox_claims,
+        timings=providers.Callable(sandbox_timings, settings),
+        batch=settings.provided.reap_batch,
     )

@@ -10,6 +10,8 @@ from agentruns.adapters.memory.database import MemoryDatabase, MemoryTable, Memo
 from agentruns.adapters.memory.notifier import MemoryNotifier
 from agentruns.adapters.memory.reviews import MemoryReviewJobs
 from agentruns.adapters.memory.runs import MemoryEventLog, MemoryRunStore
+from agentruns.adapters.memory.sandbox_claims import MemorySandboxClaims
+from agentruns.adapters.memory.sandboxes import MemorySandboxStore
 from agentruns.adapters.memory.workspaces import MemoryWorkspaceStore
 from agentruns.app.ports import Clock, Stores
 
@@ -26,6 +28,7 @@ class MemoryFamily:
         self.runs = MemoryRunStore(self.database, clock, self.workspaces, self.notifier)
         self.events = MemoryEventLog(self.database, clock, self.runs)
         self.review_jobs = MemoryReviewJobs(self.database)
+        self.sandboxes = MemorySandboxStore(self.database, clock, self.runs)
         self.stores = Stores(
             scope=self.database,
             runs=self.runs,
@@ -47,6 +50,8 @@ __all__ = [
     "MemoryNotifier",
     "MemoryReviewJobs",
     "MemoryRunStore",
+    "MemorySandboxClaims",
+    "MemorySandboxStore",
     "MemoryTable",
     "MemoryTransaction",
     "MemoryWorkspaceStore",

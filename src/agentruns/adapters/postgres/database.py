@@ -30,6 +30,10 @@ _REFUSALS = {
     "uq_agent_run_leased_subject": "at most one run of a subject is leased",
     "agent_run_pkey": "a run with this id exists already",
     "review_job_pkey": "a review job for this run exists already",
+    "guard_agent_sandbox": "the sandbox's state table or identity",
+    "uq_agent_sandbox_live_subject": "at most one live sandbox per subject",
+    "uq_agent_sandbox_claim_name": "a sandbox with this claim exists already",
+    "agent_sandbox_pkey": "a sandbox with this id exists already",
 }
 
 
