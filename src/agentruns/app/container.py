@@ -10,16 +10,24 @@ from __future__ import annotations
 import random
 import socket
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 from dependency_injector import containers, providers
 
 from agentruns.adapters.clock import SystemClock
-from agentruns.adapters.memory import make_memory_stores
+from agentruns.adapters.embedded import EmbeddedPostgres
+from agentruns.adapters.memory import make_memory_stores, memory_run_stats
+from agentruns.adapters.prometheus import PrometheusMetrics
+from agentruns.adapters.prometheus import serve as serve_prometheus
 from agentruns.app.kinds import RunKinds
+from agentruns.app.metrics import Metrics, NoMetrics
 from agentruns.app.reaper import AgentRunReaper
 from agentruns.app.runs import AgentRuns
 from agentruns.app.settings import AgentRunsSettings
 from agentruns.app.worker import Worker
+from agentruns.domain.errors import StoreUnavailable
 
 
 def default_holder() -> str:
@@ -38,6 +46,18 @@ class AgentRunsContainer(containers.DeclarativeContainer):
         profile,
         memory=providers.Singleton(make_memory_stores, clock=clock),
     )
+    run_stats = providers.Selector(
+        profile,
+        memory=providers.Singleton(memory_run_stats, stores=stores, clock=clock),
+    )
+
+    # "none" records nothing; "prometheus" counts into a registry a process can expose.
+    metrics_backend = providers.Object("none")
+    metrics = providers.Selector(
+        metrics_backend,
+        none=providers.Singleton(NoMetrics),
+        prometheus=providers.Singleton(PrometheusMetrics),
+    )
 
     runs = providers.Singleton(
         AgentRuns,
@@ -52,6 +72,7 @@ class AgentRunsContainer(containers.DeclarativeContainer):
         kinds=kinds,
         rng=rng,
         batch=settings.provided.reap_batch,
+        metrics=metrics,
     )
     worker = providers.Factory(
         Worker,
@@ -64,4 +85,65 @@ class AgentRunsContainer(containers.DeclarativeContainer):
         poll_interval=providers.Callable(
             lambda settings: settings.poll_interval.total_seconds(), settings
         ),
+        metrics=metrics,
     )
+
+
+# Database administration for the command line: the CLI is app code and names no adapter, so
+# the composition root hands it these.
+
+
+@contextmanager
+def embedded_database(data_dir: Path) -> Iterator[str]:
+    """Start (or join) the embedded PostgreSQL in ``data_dir``; its URL while the block runs."""
+    server = EmbeddedPostgres(data_dir)
+    url = server.start()
+    try:
+        yield url
+    finally:
+        server.stop()
+
+
+def use_postgres(container: AgentRunsContainer, url: str) -> None:
+    """Point ``container`` at the PostgreSQL server at ``url``."""
+    raise StoreUnavailable("the PostgreSQL adapter has not landed on this branch yet")
+
+
+def upgrade_database(url: str) -> str:
+    """Migrate the schema at ``url`` to the newest revision; that revision."""
+    raise StoreUnavailable("the PostgreSQL adapter has not landed on this branch yet")
+
+
+def database_revision(url: str) -> tuple[str | None, str]:
+    """The schema's current revision at ``url`` (``None``: never migrated) and the newest."""
+    raise StoreUnavailable("the PostgreSQL adapter has not landed on this branch yet")
+
+
+def check_database(url: str) -> None:
+    """Raise a one-line :class:`StoreUnavailable` unless ``url`` answers with a migrated schema."""
+    current, head = database_revision(url)
+    if current != head:
+        raise StoreUnavailable(
+            f"the database schema is at revision {current or 'none'}, not {head}: "
+            "run `agentruns db upgrade`"
+        )
+
+
+async def close(container: AgentRunsContainer) -> None:
+    """Release what the container's stores hold (a PostgreSQL pool)."""
+    scope = container.stores().scope
+    dispose = getattr(scope, "dispose", None)
+    if dispose is not None:
+        await dispose()
+
+
+def serve_metrics(metrics: Metrics, port: int) -> None:
+    """Expose ``metrics`` (the Prometheus backend) on ``port`` at ``/metrics``."""
+    if not isinstance(metrics, PrometheusMetrics):
+        raise TypeError("only the Prometheus metrics backend can be served")
+    serve_prometheus(metrics, port)
+
+
+def fresh_database(url: str, name: str) -> str:
+    """Drop and create database ``name`` on the server at ``url``; the new database's URL."""
+    raise StoreUnavailable("the PostgreSQL adapter has not landed on this branch yet")

@@ -1,0 +1,152 @@
+"""The demo's workers: real worker processes on PostgreSQL, or worker tasks in memory.
+
+A process fleet runs ``agentruns worker`` in subprocesses, each writing JSON log lines to its
+own file, and reads the outcomes back from those lines; killing one is a SIGKILL. A task fleet
+(the in-memory demo, where processes cannot share the store) runs workers as asyncio tasks, and
+killing one drops its runs in flight without settling them, as a crash would.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import os
+import signal
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Protocol
+
+from agentruns.app.worker import Worker
+
+KINDS_REF = "agentruns.app.demo.kinds:KINDS"
+
+
+class Fleet(Protocol):
+    holders: list[str]
+
+    async def start(self) -> None: ...
+
+    async def kill(self, holder: str) -> None:
+        """Stop the worker at once: nothing settled, nothing handed back."""
+        ...
+
+    async def stop(self, grace: float) -> None:
+        """Stop every live worker gracefully (SIGTERM), waiting up to ``grace`` seconds."""
+        ...
+
+    def outcomes(self) -> Counter[str]:
+        """Run outcomes the workers reported so far, by outcome name."""
+        ...
+
+
+class ProcessFleet(Fleet):
+    def __init__(
+        self,
+        *,
+        workers: int,
+        concurrency: int,
+        env: Mapping[str, str],
+        log_dir: Path,
+    ) -> None:
+        self.holders = [f"demo-worker-{number}" for number in range(1, workers + 1)]
+        self._concurrency = concurrency
+        self._env = {**os.environ, **env}
+        self._log_dir = log_dir
+        self._processes: dict[str, asyncio.subprocess.Process] = {}
+
+    def log_path(self, holder: str) -> Path:
+        return self._log_dir / f"{holder}.log"
+
+    async def start(self) -> None:
+        self._log_dir.mkdir(parents=True, exist_ok=True)
+        for holder in self.holders:
+            with self.log_path(holder).open("w") as log:
+                self._processes[holder] = await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    "-m",
+                    "agentruns.app.cli",
+                    "worker",
+                    "--kinds",
+                    KINDS_REF,
+                    "--concurrency",
+                    str(self._concurrency),
+                    "--holder",
+                    holder,
+                    "--log-format",
+                    "json",
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=log,
+                    env=self._env,
+                )
+
+    async def kill(self, holder: str) -> None:
+        process = self._processes[holder]
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signal.SIGKILL)
+        await process.wait()
+
+    async def stop(self, grace: float) -> None:
+        live = [p for p in self._processes.values() if p.returncode is None]
+        for process in live:
+            with contextlib.suppress(ProcessLookupError):
+                process.send_signal(signal.SIGTERM)
+        for process in live:
+            try:
+                async with asyncio.timeout(grace):
+                    await process.wait()
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+
+    def outcomes(self) -> Counter[str]:
+        found: Counter[str] = Counter()
+        for holder in self.holders:
+            path = self.log_path(holder)
+            if not path.exists():
+                continue
+            for line in path.read_text().splitlines():
+                with contextlib.suppress(ValueError):
+                    record = json.loads(line)
+                    if isinstance(record, dict) and "outcome" in record:
+                        found[str(record["outcome"])] += 1
+        return found
+
+    def returncodes(self) -> dict[str, int | None]:
+        return {holder: process.returncode for holder, process in self._processes.items()}
+
+
+class TaskFleet(Fleet):
+    def __init__(self, make_worker: Callable[[str], Worker], *, workers: int) -> None:
+        self.holders = [f"demo-worker-{number}" for number in range(1, workers + 1)]
+        self._workers = {holder: make_worker(holder) for holder in self.holders}
+        self._stops = {holder: asyncio.Event() for holder in self.holders}
+        self._tasks: dict[str, asyncio.Task[None]] = {}
+
+    async def start(self) -> None:
+        for holder, worker in self._workers.items():
+            self._tasks[holder] = asyncio.create_task(worker.run(self._stops[holder], grace=10))
+
+    async def kill(self, holder: str) -> None:
+        task = self._tasks[holder]
+        task.cancel()
+        self._workers[holder].abandon()
+        await asyncio.gather(task, return_exceptions=True)
+
+    async def stop(self, grace: float) -> None:
+        for stop in self._stops.values():
+            stop.set()
+        live = [task for task in self._tasks.values() if not task.done()]
+        if live:
+            await asyncio.wait(live, timeout=grace)
+
+    def outcomes(self) -> Counter[str]:
+        found: Counter[str] = Counter()
+        for worker in self._workers.values():
+            for outcome, count in worker.stats.outcomes.items():
+                found[str(outcome)] += count
+        return found
