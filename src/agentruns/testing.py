@@ -22,13 +22,7 @@ from datetime import datetime
 from dependency_injector import providers
 
 from agentruns.adapters.clock import ManualClock
-from agentruns.adapters.memory import (
-    MemoryDatabase,
-    MemoryEventLog,
-    MemoryNotifier,
-    MemoryRunStore,
-    MemoryWorkspaceStore,
-)
+from agentruns.adapters.memory import MemoryFamily
 from agentruns.app.container import AgentRunsContainer
 from agentruns.app.kinds import RunKind, RunKinds
 from agentruns.app.ports import Stores
@@ -54,17 +48,8 @@ class AgentRunsHarness:
     def __init__(self, container: AgentRunsContainer, clock: ManualClock) -> None:
         self.container = container
         self.clock = clock
-        database = MemoryDatabase()
-        notifier = MemoryNotifier()
-        workspaces = MemoryWorkspaceStore(database, clock)
-        self._runs_table = MemoryRunStore(database, clock, workspaces, notifier)
-        self.stores = Stores(
-            scope=database,
-            runs=self._runs_table,
-            events=MemoryEventLog(database, clock, self._runs_table),
-            workspaces=workspaces,
-            notifier=notifier,
-        )
+        self.memory = MemoryFamily(clock)
+        self.stores: Stores = self.memory.stores
         container.stores.override(providers.Object(self.stores))
         self.kinds: RunKinds = container.kinds()
         self.runs: AgentRuns = container.runs()
@@ -73,7 +58,7 @@ class AgentRunsHarness:
 
     def all_runs(self) -> list[AgentRun]:
         """Every run in the store, in queue order (memory only: a test's view of the table)."""
-        return sorted(self._runs_table.rows.values(), key=lambda run: run.seq)
+        return sorted(self.memory.runs.rows.values(), key=lambda run: run.seq)
 
     def next_moment(self) -> datetime | None:
         """When something next becomes due: a queued run's due time or a lease's expiry."""

@@ -10,14 +10,7 @@ from datetime import UTC, datetime
 import pytest
 
 from agentruns.adapters.clock import ManualClock
-from agentruns.adapters.memory import (
-    MemoryDatabase,
-    MemoryEventLog,
-    MemoryNotifier,
-    MemoryRunStore,
-    MemoryWorkspaceStore,
-)
-from agentruns.adapters.memory.reviews import MemoryReviewJobs
+from agentruns.adapters.memory import MemoryFamily
 from agentruns.app.kinds import RunKinds
 from agentruns.app.ports import Stores
 from agentruns.app.reaper import AgentRunReaper
@@ -41,19 +34,9 @@ class Backend:
     review_jobs: ReviewJobs
 
 
-def _memory(clock: ManualClock) -> Backend:
-    database = MemoryDatabase()
-    notifier = MemoryNotifier()
-    workspaces = MemoryWorkspaceStore(database, clock)
-    runs = MemoryRunStore(database, clock, workspaces, notifier)
-    stores = Stores(
-        scope=database,
-        runs=runs,
-        events=MemoryEventLog(database, clock, runs),
-        workspaces=workspaces,
-        notifier=notifier,
-    )
-    return Backend("memory", clock, stores, MemoryReviewJobs(database))
+def memory_backend(clock: ManualClock) -> Backend:
+    family = MemoryFamily(clock)
+    return Backend("memory", clock, family.stores, family.review_jobs)
 
 
 @pytest.fixture
@@ -69,7 +52,7 @@ def rng() -> random.Random:
 @pytest.fixture(params=BACKENDS)
 async def backend(request: pytest.FixtureRequest, clock: ManualClock) -> AsyncIterator[Backend]:
     if request.param == "memory":
-        yield _memory(clock)
+        yield memory_backend(clock)
     else:  # pragma: no cover - each family adds its branch
         raise AssertionError(f"unknown backend {request.param}")
 

@@ -2,31 +2,50 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
+from typing import Annotated
 
-from pydantic import Field, PositiveInt
+from pydantic import BeforeValidator, Field, PositiveInt
 from pydantic_settings import BaseSettings, SettingsConfigDict
+
+_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
+_SHORT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+
+
+def parse_duration(value: object) -> object:
+    """Seconds as a number or string, or ``30s``, ``10m``, ``2h``, ``7d``; anything else (an ISO
+    8601 duration, a timedelta) is left for pydantic to judge."""
+    if isinstance(value, str):
+        match = _SHORT.match(value)
+        if match:
+            return timedelta(seconds=float(match[1]) * _UNITS[match[2] or "s"])
+    return value
+
+
+Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
 
 class AgentRunsSettings(BaseSettings):
-    """Durations accept seconds or ISO 8601 (``PT30S``). Nothing reads the environment
-    elsewhere; importing agentruns reads nothing."""
+    """Durations accept seconds, ``30s``/``10m``/``2h``/``7d``, or ISO 8601 (``PT30S``).
+
+    Nothing reads the environment elsewhere; importing agentruns reads nothing."""
 
     model_config = SettingsConfigDict(env_prefix="AGENTRUNS_", extra="ignore", frozen=True)
 
     database_url: str | None = Field(
         default=None, description="PostgreSQL URL; unset means the embedded server or memory."
     )
-    lease: timedelta = timedelta(seconds=30)
-    lease_renewal: timedelta = timedelta(seconds=10)
-    band_aging: timedelta = timedelta(minutes=10)
-    sandbox_start: timedelta = timedelta(minutes=2)
-    sandbox_idle: timedelta = timedelta(minutes=1)
-    conversation_sandbox_idle: timedelta = timedelta(minutes=15)
+    lease: Duration = timedelta(seconds=30)
+    lease_renewal: Duration = timedelta(seconds=10)
+    band_aging: Duration = timedelta(minutes=10)
+    sandbox_start: Duration = timedelta(minutes=2)
+    sandbox_idle: Duration = timedelta(minutes=1)
+    conversation_sandbox_idle: Duration = timedelta(minutes=15)
     retry_budget: int = Field(default=3, ge=0)
-    backoff_base: timedelta = timedelta(seconds=5)
-    backoff_cap: timedelta = timedelta(minutes=10)
+    backoff_base: Duration = timedelta(seconds=5)
+    backoff_cap: Duration = timedelta(minutes=10)
     worker_concurrency: PositiveInt = 8
-    poll_interval: timedelta = timedelta(seconds=2)
-    shutdown_grace: timedelta = timedelta(seconds=30)
+    poll_interval: Duration = timedelta(seconds=2)
+    shutdown_grace: Duration = timedelta(seconds=30)
     reap_batch: PositiveInt = 500

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from agentruns.adapters.memory.database import MemoryDatabase, MemoryTable, MemoryTransaction
 from agentruns.adapters.memory.notifier import MemoryNotifier
+from agentruns.adapters.memory.reviews import MemoryReviewJobs
 from agentruns.adapters.memory.runs import MemoryEventLog, MemoryRunStore
 from agentruns.adapters.memory.stats import MemoryRunStats
 from agentruns.adapters.memory.workspaces import MemoryWorkspaceStore
@@ -15,16 +16,31 @@ from agentruns.app.ports import Clock, Stores
 from agentruns.app.stats import RunStats
 
 
+class MemoryFamily:
+    """A fresh family of memory stores sharing one database and clock, with their concrete
+    types (tests read ``family.runs.rows``; the app sees only :attr:`stores`)."""
+
+    def __init__(self, clock: Clock) -> None:
+        self.clock = clock
+        self.database = MemoryDatabase()
+        self.notifier = MemoryNotifier()
+        self.workspaces = MemoryWorkspaceStore(self.database, clock)
+        self.runs = MemoryRunStore(self.database, clock, self.workspaces, self.notifier)
+        self.events = MemoryEventLog(self.database, clock, self.runs)
+        self.review_jobs = MemoryReviewJobs(self.database)
+        self.stats = MemoryRunStats(self.database, self.runs, self.workspaces, clock)
+        self.stores = Stores(
+            scope=self.database,
+            runs=self.runs,
+            events=self.events,
+            workspaces=self.workspaces,
+            notifier=self.notifier,
+        )
+
+
 def make_memory_stores(clock: Clock) -> Stores:
-    """A fresh family of memory stores sharing one database and clock."""
-    database = MemoryDatabase()
-    notifier = MemoryNotifier()
-    workspaces = MemoryWorkspaceStore(database, clock)
-    runs = MemoryRunStore(database, clock, workspaces, notifier)
-    events = MemoryEventLog(database, clock, runs)
-    return Stores(
-        scope=database, runs=runs, events=events, workspaces=workspaces, notifier=notifier
-    )
+    """The stores of a fresh memory family (what the container's memory profile uses)."""
+    return MemoryFamily(clock).stores
 
 
 def memory_run_stats(stores: Stores, clock: Clock) -> RunStats:
@@ -39,7 +55,9 @@ def memory_run_stats(stores: Stores, clock: Clock) -> RunStats:
 __all__ = [
     "MemoryDatabase",
     "MemoryEventLog",
+    "MemoryFamily",
     "MemoryNotifier",
+    "MemoryReviewJobs",
     "MemoryRunStats",
     "MemoryRunStore",
     "MemoryTable",

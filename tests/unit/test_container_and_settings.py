@@ -1,0 +1,61 @@
+"""The composition root and the settings object."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from dependency_injector import providers
+from pydantic import ValidationError
+
+from agentruns.adapters.clock import ManualClock
+from agentruns.app.container import AgentRunsContainer
+from agentruns.app.kinds import RunKind, RunKinds, StepEvent
+from agentruns.app.settings import AgentRunsSettings
+from agentruns.domain.kinds import RunKindPolicy
+from agentruns.domain.run import AgentRun
+from agentruns.domain.states import AgentRunState
+
+
+def test_settings_read_the_agentruns_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTRUNS_LEASE", "45")
+    monkeypatch.setenv("AGENTRUNS_BAND_AGING", "PT5M")
+    monkeypatch.setenv("AGENTRUNS_DATABASE_URL", "postgresql://db/agentruns")
+    settings = AgentRunsSettings()
+    assert settings.lease == timedelta(seconds=45)
+    assert settings.band_aging == timedelta(minutes=5)
+    assert settings.database_url == "postgresql://db/agentruns"
+
+
+def test_settings_default_to_the_designed_durations() -> None:
+    settings = AgentRunsSettings()
+    assert settings.band_aging == timedelta(minutes=10)
+    assert settings.sandbox_start == timedelta(minutes=2)
+    assert settings.sandbox_idle == timedelta(minutes=1)
+    assert settings.conversation_sandbox_idle == timedelta(minutes=15)
+    assert settings.retry_budget == 3
+
+
+def test_a_bad_setting_is_refused_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("AGENTRUNS_RETRY_BUDGET", "-1")
+    with pytest.raises(ValidationError, match="retry_budget"):
+        AgentRunsSettings()
+
+
+async def test_the_container_composes_the_memory_profile_and_takes_overrides() -> None:
+    """A test overrides the clock and kinds; the runs it gets use both."""
+
+    async def steps(run: AgentRun):  # type: ignore[no-untyped-def]
+        yield StepEvent("done")
+
+    clock = ManualClock(datetime(2026, 5, 1, tzinfo=UTC))
+    container = AgentRunsContainer()
+    container.clock.override(providers.Object(clock))
+    container.kinds.override(providers.Object(RunKinds([RunKind(RunKindPolicy("note"), steps)])))
+    runs = container.runs()
+    run = await runs.enqueue("note", workspace="acme", subject="s")
+    assert run.enqueued_at == clock.now()
+    assert container.runs() is runs
+    worker = container.worker(holder="w")
+    assert await worker.claim_and_drive(limit=4) == 1
+    assert (await runs.get(run.id)).state is AgentRunState.ENDED
