@@ -11,6 +11,11 @@ import pytest
 
 from agentruns.adapters.clock import ManualClock
 from agentruns.adapters.memory import MemoryFamily
+from agentruns.adapters.postgres import (
+    PostgresReviewJobs,
+    close_postgres_stores,
+    make_postgres_stores,
+)
 from agentruns.app.kinds import RunKinds
 from agentruns.app.ports import Stores
 from agentruns.app.reaper import AgentRunReaper
@@ -21,7 +26,7 @@ from tests.contract.kinds import contract_kinds
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
-BACKENDS = ["memory"]
+BACKENDS = ["memory", "postgres"]
 
 
 @dataclass
@@ -53,6 +58,14 @@ def rng() -> random.Random:
 async def backend(request: pytest.FixtureRequest, clock: ManualClock) -> AsyncIterator[Backend]:
     if request.param == "memory":
         yield memory_backend(clock)
+    elif request.param == "postgres":
+        # Only a PostgreSQL test asks for the server, so a memory-only run never starts it.
+        url: str = request.getfixturevalue("postgres_url")
+        stores = make_postgres_stores(url, clock)
+        try:
+            yield Backend("postgres", clock, stores, PostgresReviewJobs())
+        finally:
+            await close_postgres_stores(stores)
     else:  # pragma: no cover - each family adds its branch
         raise AssertionError(f"unknown backend {request.param}")
 

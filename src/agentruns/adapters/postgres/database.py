@@ -1,0 +1,139 @@
+"""The PostgreSQL transaction scope, and the one place driver errors become agentruns errors.
+
+Every store runs its statements through :func:`fetch` / :func:`execute` on the connection of the
+:class:`PostgresTransaction` it is handed; a driver error leaves the adapter only translated
+(``raise ... from exc``): a trigger or constraint refusal becomes
+:class:`~agentruns.domain.errors.IllegalTransition`, anything else
+:class:`~agentruns.domain.errors.StoreUnavailable`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Mapping, Sequence
+from contextlib import asynccontextmanager
+from datetime import datetime
+from typing import Any
+
+import psycopg
+from sqlalchemy import TextClause, make_url
+from sqlalchemy.engine import RowMapping
+from sqlalchemy.exc import DBAPIError, SQLAlchemyError
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
+
+from agentruns.app.ports import Clock, Transaction, TransactionScope
+from agentruns.domain.errors import AgentRunsError, IllegalTransition, StoreUnavailable
+
+# Constraints and triggers whose refusal means "the state table or a run's identity says no".
+_REFUSALS = {
+    "guard_agent_run": "the run's state table or identity",
+    "review_job_run_agrees": "a review job must agree with its run",
+    "uq_agent_run_leased_subject": "at most one run of a subject is leased",
+    "agent_run_pkey": "a run with this id exists already",
+    "review_job_pkey": "a review job for this run exists already",
+}
+
+
+def sqlalchemy_url(url: str) -> str:
+    """``postgresql://...`` as the async psycopg 3 driver URL SQLAlchemy wants."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() != "postgresql":
+        raise ValueError(f"not a PostgreSQL URL: {parsed.render_as_string(hide_password=True)}")
+    return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
+
+
+def libpq_url(url: str) -> str:
+    """The plain ``postgresql://`` URL a bare psycopg connection takes."""
+    parsed = make_url(url)
+    return parsed.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def translate(exc: BaseException) -> AgentRunsError:
+    """The agentruns error a driver error means (the caller raises it ``from exc``)."""
+    orig = exc.orig if isinstance(exc, DBAPIError) else exc
+    if isinstance(orig, psycopg.errors.IntegrityError):
+        name = orig.diag.constraint_name or ""
+        if name in _REFUSALS or name.startswith("ck_"):
+            why = _REFUSALS.get(name, f"check {name}")
+            return IllegalTransition(
+                "the database", "refused", f"{why}: {orig.diag.message_primary}"
+            )
+    return StoreUnavailable(f"PostgreSQL failed: {orig}")
+
+
+class PostgresTransaction(Transaction):
+    """An open transaction: the connection of the PostgreSQL stores that share it."""
+
+    def __init__(self, connection: AsyncConnection) -> None:
+        self.connection = connection
+
+
+def connection_of(tx: Transaction) -> AsyncConnection:
+    if not isinstance(tx, PostgresTransaction):
+        raise TypeError("a PostgreSQL store was handed a transaction of another adapter family")
+    return tx.connection
+
+
+async def fetch(
+    tx: Transaction, statement: TextClause, params: Mapping[str, Any]
+) -> Sequence[RowMapping]:
+    """Run ``statement`` in ``tx`` and return its rows, translating driver errors."""
+    try:
+        result = await connection_of(tx).execute(statement, dict(params))
+        return result.mappings().all()
+    except (SQLAlchemyError, psycopg.Error, OSError) as exc:
+        raise translate(exc) from exc
+
+
+async def execute(tx: Transaction, statement: TextClause, params: Mapping[str, Any]) -> int:
+    """Run ``statement`` in ``tx`` for its effect; the number of rows it touched."""
+    try:
+        result = await connection_of(tx).execute(statement, dict(params))
+        return result.rowcount
+    except (SQLAlchemyError, psycopg.Error, OSError) as exc:
+        raise translate(exc) from exc
+
+
+class PostgresDatabase(TransactionScope):
+    """An async engine (psycopg 3) and its pool; the transaction scope of the PostgreSQL stores.
+
+    ``clock=None`` decides every time on the database clock; a pinned :class:`Clock` (tests) is
+    handed to each statement as its ``now`` instead, with the same SQL text.
+    """
+
+    def __init__(
+        self,
+        url: str,
+        clock: Clock | None = None,
+        *,
+        pool_size: int = 5,
+        max_overflow: int = 10,
+        engine: AsyncEngine | None = None,
+    ) -> None:
+        self.url = url
+        self.clock = clock
+        self.engine = engine or create_async_engine(
+            sqlalchemy_url(url), pool_size=pool_size, max_overflow=max_overflow
+        )
+
+    def now_param(self) -> datetime | None:
+        """The ``now`` bound into statements: the pinned clock's, or None for ``now()``."""
+        return None if self.clock is None else self.clock.now()
+
+    @asynccontextmanager
+    async def transaction(self) -> AsyncIterator[PostgresTransaction]:
+        try:
+            async with self.engine.begin() as connection:
+                yield PostgresTransaction(connection)
+        except (SQLAlchemyError, psycopg.Error, OSError) as exc:
+            raise translate(exc) from exc
+
+    @asynccontextmanager
+    async def savepoint(self, tx: Transaction) -> AsyncIterator[None]:
+        try:
+            async with connection_of(tx).begin_nested():
+                yield
+        except (SQLAlchemyError, psycopg.Error, OSError) as exc:
+            raise translate(exc) from exc
+
+    async def dispose(self) -> None:
+        await self.engine.dispose()

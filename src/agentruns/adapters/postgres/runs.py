@@ -1,0 +1,261 @@
+"""The runs table and run events on PostgreSQL: named transitions as guarded statements.
+
+A fenced write that touches no row reads the run once and asks the domain why (the same
+transition functions the memory adapter applies), so both adapters raise the same error for the
+same conflict: RunNotFound, StaleEpoch, LeaseExpired, RetryBudgetExhausted or IllegalTransition.
+"""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any, NoReturn
+from uuid import UUID
+
+from sqlalchemy import TextClause
+from sqlalchemy.engine import RowMapping
+
+from agentruns.adapters.postgres import sql
+from agentruns.adapters.postgres.database import PostgresDatabase, fetch
+from agentruns.app.ports import ClaimRequest, EventLog, NewRun, RunEvent, RunStore, TakeBack
+from agentruns.app.ports import Transaction as Tx
+from agentruns.domain import run as transitions
+from agentruns.domain.bands import Band
+from agentruns.domain.errors import IllegalTransition, RunNotFound, StaleEpoch
+from agentruns.domain.payload import JsonObject
+from agentruns.domain.run import AgentRun, AgentRunFence
+from agentruns.domain.states import AgentRunState
+from agentruns.domain.termination import TerminationReason
+
+# Candidates ranked beyond the limit, so claimers racing for the same first heads (each skips
+# the rows another holds locked) still fill their batch.
+CLAIM_MARGIN = 8
+
+
+def run_from_row(row: RowMapping) -> AgentRun:
+    end_reason = row["end_reason"]
+    return AgentRun(
+        id=row["id"],
+        kind=row["kind"],
+        workspace=row["workspace"],
+        subject=row["subject"],
+        band=Band(row["band"]),
+        payload=row["payload"],
+        state=AgentRunState(row["state"]),
+        epoch=row["epoch"],
+        attempt=row["attempt"],
+        seq=row["seq"],
+        enqueued_at=row["enqueued_at"],
+        due_at=row["due_at"],
+        lease=row["lease"],
+        deadline_at=row["deadline_at"],
+        leased_until=row["leased_until"],
+        holder=row["holder"],
+        end_reason=None if end_reason is None else TerminationReason(end_reason),
+        ended_at=row["ended_at"],
+        continues=row["continues"],
+    )
+
+
+def _fence_params(fence: AgentRunFence) -> dict[str, Any]:
+    return {"run_id": fence.run_id, "workspace": fence.workspace, "epoch": fence.epoch}
+
+
+class PostgresRunStore(RunStore):
+    def __init__(self, database: PostgresDatabase) -> None:
+        self._db = database
+
+    def _params(self, **params: Any) -> dict[str, Any]:
+        return {"now": self._db.now_param(), **params}
+
+    async def _one(self, tx: Tx, statement: TextClause, **params: Any) -> AgentRun | None:
+        rows = await fetch(tx, statement, self._params(**params))
+        return run_from_row(rows[0]) if rows else None
+
+    async def _many(self, tx: Tx, statement: TextClause, **params: Any) -> list[AgentRun]:
+        return [run_from_row(row) for row in await fetch(tx, statement, self._params(**params))]
+
+    async def _read(self, tx: Tx, run_id: UUID) -> tuple[AgentRun, datetime]:
+        """The run as it stands and the store's now, for saying why a guarded write missed."""
+        rows = await fetch(tx, sql.GET_RUN, self._params(run_id=run_id))
+        if not rows:
+            raise RunNotFound(f"no run {run_id}")
+        return run_from_row(rows[0]), rows[0]["now"]
+
+    async def _refuse_fenced(self, tx: Tx, fence: AgentRunFence) -> NoReturn:
+        run, now = await self._read(tx, fence.run_id)
+        transitions.check_fence(run, fence, now)
+        # The fence holds now but did not when the statement ran: a concurrent write won.
+        raise StaleEpoch(f"run {fence.run_id} moved under the fence of epoch {fence.epoch}")
+
+    async def now(self, tx: Tx) -> datetime:
+        rows = await fetch(tx, sql.NOW_SELECT, self._params())
+        now: datetime = rows[0]["now"]
+        return now
+
+    async def insert(self, tx: Tx, new: NewRun) -> AgentRun:
+        run = await self._one(
+            tx,
+            sql.INSERT_RUN,
+            id=new.id,
+            kind=new.kind,
+            workspace=new.workspace,
+            subject=new.subject,
+            band=int(new.band),
+            payload=new.payload,
+            epoch=new.epoch,
+            attempt=new.attempt,
+            due_at=new.due_at,
+            lease=new.lease,
+            deadline_at=new.deadline_at,
+            deadline_after=new.deadline_after,
+            continues=new.continues,
+        )
+        assert run is not None  # INSERT ... RETURNING returns the row it inserted
+        return run
+
+    async def get(self, tx: Tx, run_id: UUID) -> AgentRun | None:
+        return await self._one(tx, sql.GET_RUN, run_id=run_id)
+
+    async def lock(self, tx: Tx, run_id: UUID) -> AgentRun | None:
+        return await self._one(tx, sql.LOCK_RUN, run_id=run_id)
+
+    async def claim(self, tx: Tx, request: ClaimRequest) -> list[AgentRun]:
+        if request.limit <= 0:
+            return []
+        params = self._params(
+            holder=request.holder,
+            limit=request.limit,
+            pool=request.limit + CLAIM_MARGIN,
+            aging=request.band_aging,
+            kinds=None if request.kinds is None else list(request.kinds),
+        )
+        if request.subject is None:
+            rows = await fetch(tx, sql.CLAIM, params)
+        else:
+            rows = await fetch(tx, sql.CLAIM_SUBJECT, {**params, "subject": request.subject})
+        ordered = sorted(
+            rows, key=lambda row: (row["claim_band"], row["claim_load"], row["due_at"], row["seq"])
+        )
+        return [run_from_row(row) for row in ordered]
+
+    async def require_current(self, tx: Tx, fence: AgentRunFence) -> AgentRun:
+        run = await self._one(tx, sql.REQUIRE_CURRENT, **_fence_params(fence))
+        if run is None:
+            await self._refuse_fenced(tx, fence)
+        return run
+
+    async def renew(self, tx: Tx, fence: AgentRunFence) -> AgentRun:
+        run = await self._one(tx, sql.RENEW, **_fence_params(fence))
+        if run is None:
+            await self._refuse_fenced(tx, fence)
+        return run
+
+    async def end(
+        self, tx: Tx, run_id: UUID, reason: TerminationReason, fence: AgentRunFence | None
+    ) -> AgentRun:
+        if fence is not None:
+            if fence.run_id != run_id:
+                raise StaleEpoch(f"the fence names run {fence.run_id}, not {run_id}")
+            run = await self._one(tx, sql.END_FENCED, reason=reason.value, **_fence_params(fence))
+            if run is None:
+                await self._refuse_fenced(tx, fence)
+            return run
+        run = await self._one(tx, sql.END_UNFENCED, run_id=run_id, reason=reason.value)
+        if run is None:
+            current, _ = await self._read(tx, run_id)
+            raise IllegalTransition(current.state, AgentRunState.ENDED, f"run {run_id} has ended")
+        return run
+
+    async def requeue(
+        self,
+        tx: Tx,
+        fence: AgentRunFence,
+        *,
+        charged: bool,
+        delay: timedelta,
+        retry_budget: int,
+    ) -> AgentRun:
+        run = await self._one(
+            tx,
+            sql.REQUEUE,
+            charge=1 if charged else 0,
+            delay=delay,
+            retry_budget=retry_budget,
+            **_fence_params(fence),
+        )
+        if run is None:
+            current, now = await self._read(tx, fence.run_id)
+            # Raises what the domain would: a lost fence, or the retry budget spent.
+            transitions.requeue(
+                current,
+                fence,
+                now=now,
+                due_at=now + delay,
+                charged=charged,
+                retry_budget=retry_budget,
+            )
+            raise StaleEpoch(f"run {fence.run_id} moved under the fence of epoch {fence.epoch}")
+        return run
+
+    async def expired(self, tx: Tx, limit: int) -> list[AgentRun]:
+        return await self._many(tx, sql.EXPIRED, limit=limit)
+
+    async def take_back(self, tx: Tx, take_back: TakeBack) -> AgentRun | None:
+        return await self._one(
+            tx,
+            sql.TAKE_BACK,
+            run_id=take_back.run_id,
+            epoch=take_back.epoch,
+            retry_budget=take_back.retry_budget,
+            delay=take_back.delay,
+        )
+
+    async def overdue(self, tx: Tx, limit: int) -> list[AgentRun]:
+        return await self._many(tx, sql.OVERDUE, limit=limit)
+
+    async def purge(self, tx: Tx, ended_before: datetime, limit: int) -> int:
+        rows = await fetch(tx, sql.PURGE, {"ended_before": ended_before, "limit": limit})
+        return len(rows)
+
+    async def leased_count(self, tx: Tx, workspace: str) -> int:
+        rows = await fetch(tx, sql.LEASED_COUNT, {"workspace": workspace})
+        count: int = rows[0]["leased"]
+        return count
+
+
+class PostgresEventLog(EventLog):
+    """Step events; an append first holds the fence (``require_current``), so a zombie holder's
+    append is refused before anything is written, and appends of one run are serialised."""
+
+    def __init__(self, database: PostgresDatabase, runs: PostgresRunStore) -> None:
+        self._db = database
+        self._runs = runs
+
+    async def append(self, tx: Tx, fence: AgentRunFence, type: str, data: JsonObject) -> RunEvent:
+        await self._runs.require_current(tx, fence)
+        rows = await fetch(
+            tx,
+            sql.APPEND_EVENT,
+            {
+                "now": self._db.now_param(),
+                "run_id": fence.run_id,
+                "epoch": fence.epoch,
+                "type": type,
+                "data": data,
+            },
+        )
+        return _event(rows[0])
+
+    async def list(self, tx: Tx, run_id: UUID) -> list[RunEvent]:
+        return [_event(row) for row in await fetch(tx, sql.LIST_EVENTS, {"run_id": run_id})]
+
+
+def _event(row: RowMapping) -> RunEvent:
+    return RunEvent(
+        run_id=row["run_id"],
+        seq=row["seq"],
+        epoch=row["epoch"],
+        type=row["type"],
+        data=row["data"],
+        created_at=row["created_at"],
+    )

@@ -1,0 +1,151 @@
+"""The tables as SQLAlchemy Core metadata: what the migrations must build (a test compares them).
+
+Triggers and functions are not metadata; the migration owns them and the trigger tests hold them.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Boolean,
+    CheckConstraint,
+    Column,
+    DateTime,
+    ForeignKey,
+    Index,
+    Integer,
+    Interval,
+    MetaData,
+    Sequence,
+    SmallInteger,
+    Table,
+    Text,
+    UniqueConstraint,
+    text,
+)
+from sqlalchemy.dialects.postgresql import JSONB, UUID
+
+metadata = MetaData()
+
+TZ = DateTime(timezone=True)
+
+agent_workspace = Table(
+    "agent_workspace",
+    metadata,
+    Column("id", Text, primary_key=True),
+    Column("active", Boolean, nullable=False, server_default=text("true")),
+)
+
+agent_budget_hold = Table(
+    "agent_budget_hold",
+    metadata,
+    Column("workspace", Text, primary_key=True),
+    Column("until", TZ, nullable=False),
+    Column("reason", Text, nullable=False, server_default=text("''")),
+)
+
+agent_run_seq = Sequence("agent_run_seq", metadata=metadata)
+
+agent_run = Table(
+    "agent_run",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True),
+    Column("kind", Text, nullable=False),
+    Column("workspace", Text, nullable=False),
+    Column("subject", Text, nullable=False),
+    Column("band", SmallInteger, nullable=False),
+    Column("payload", JSONB, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("epoch", Integer, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("seq", BigInteger, agent_run_seq, nullable=False),
+    Column("enqueued_at", TZ, nullable=False),
+    Column("due_at", TZ, nullable=False),
+    Column("lease", Interval, nullable=False),
+    Column("deadline_at", TZ),
+    Column("leased_until", TZ),
+    Column("holder", Text),
+    Column("end_reason", Text),
+    Column("ended_at", TZ),
+    Column("continues", UUID(as_uuid=True)),
+    CheckConstraint("state IN ('queued', 'leased', 'ended')", name="ck_agent_run_state"),
+    CheckConstraint("band BETWEEN 0 AND 2", name="ck_agent_run_band"),
+    CheckConstraint("epoch >= 0 AND attempt >= 0", name="ck_agent_run_counts"),
+    CheckConstraint("state <> 'leased' OR leased_until IS NOT NULL", name="ck_agent_run_lease"),
+    CheckConstraint("(state = 'ended') = (end_reason IS NOT NULL)", name="ck_agent_run_end"),
+)
+
+_QUEUED = text("state = 'queued'")
+_LEASED = text("state = 'leased'")
+
+Index(
+    "uq_agent_run_leased_subject",
+    agent_run.c.subject,
+    unique=True,
+    postgresql_where=_LEASED,
+)
+Index("ix_agent_run_queued_subject", agent_run.c.subject, agent_run.c.seq, postgresql_where=_QUEUED)
+Index("ix_agent_run_leased_workspace", agent_run.c.workspace, postgresql_where=_LEASED)
+Index("ix_agent_run_lease_expiry", agent_run.c.leased_until, postgresql_where=_LEASED)
+Index(
+    "ix_agent_run_queued_deadline",
+    agent_run.c.deadline_at,
+    postgresql_where=text("state = 'queued' AND deadline_at IS NOT NULL"),
+)
+Index("ix_agent_run_ended_at", agent_run.c.ended_at, postgresql_where=text("state = 'ended'"))
+
+# One row per subject naming its offered head: the first queued run in queue order, or nothing
+# while the subject has a leased run. Kept by the trigger agent_run_bookkeeping; the claim reads
+# this table and never the runs table (ADRs/0004).
+agent_subject = Table(
+    "agent_subject",
+    metadata,
+    Column("subject", Text, primary_key=True),
+    Column("head_run", UUID(as_uuid=True)),
+    Column("head_workspace", Text),
+    Column("head_kind", Text),
+    Column("head_band", SmallInteger),
+    Column("head_due_at", TZ),
+    Column("head_seq", BigInteger),
+)
+Index(
+    "ix_agent_subject_offered",
+    agent_subject.c.head_workspace,
+    agent_subject.c.head_band,
+    agent_subject.c.head_due_at,
+    agent_subject.c.head_seq,
+    postgresql_where=text("head_run IS NOT NULL"),
+)
+
+agent_run_event = Table(
+    "agent_run_event",
+    metadata,
+    Column(
+        "run_id",
+        UUID(as_uuid=True),
+        ForeignKey("agent_run.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("seq", Integer, nullable=False),
+    Column("epoch", Integer, nullable=False),
+    Column("type", Text, nullable=False),
+    Column("data", JSONB, nullable=False),
+    Column("created_at", TZ, nullable=False),
+    UniqueConstraint("run_id", "seq", name="uq_agent_run_event_seq"),
+)
+
+review_job = Table(
+    "review_job",
+    metadata,
+    Column(
+        "run_id",
+        UUID(as_uuid=True),
+        ForeignKey("agent_run.id", ondelete="CASCADE"),
+        primary_key=True,
+    ),
+    Column("workspace", Text, nullable=False),
+    Column("subject", Text, nullable=False),
+    Column("status", Text, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    CheckConstraint("status IN ('queued', 'running', 'ended')", name="ck_review_job_status"),
+)

@@ -1,0 +1,299 @@
+"""Every SQL statement of the PostgreSQL adapter, named, in one place.
+
+Time: each statement reads ``now`` from :data:`NOW`: the bound ``:now`` when a test pins a clock,
+else the database clock (``now()``, the transaction's start). One SQL text serves both.
+
+Fenced writes are single guarded statements (``WHERE id, workspace, epoch, state = 'leased',
+leased_until > now``); when one touches no row, the store reads the run once to say why.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import TextClause, bindparam, text
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB
+from sqlalchemy.types import Text
+
+NOW = "COALESCE(CAST(:now AS timestamptz), now())"
+
+RUN_COLUMNS = (
+    "id, kind, workspace, subject, band, payload, state, epoch, attempt, seq, enqueued_at, "
+    "due_at, lease, deadline_at, leased_until, holder, end_reason, ended_at, continues"
+)
+_R_COLUMNS = ", ".join(f"r.{column.strip()}" for column in RUN_COLUMNS.split(","))
+
+_FENCE = (
+    "id = :run_id AND workspace = :workspace AND epoch = :epoch AND state = 'leased' "
+    "AND leased_until > clock.now"
+)
+
+_KINDS = "(CAST(:kinds AS text[]) IS NULL OR {kind} = ANY(CAST(:kinds AS text[])))"
+
+
+def _stmt(source: str) -> TextClause:
+    """A statement; only the bind parameters it names are declared."""
+    clause = text(source)
+    binds = []
+    if ":payload" in source:
+        binds.append(bindparam("payload", type_=JSONB))
+    if ":data" in source:
+        binds.append(bindparam("data", type_=JSONB))
+    if ":kinds" in source:
+        binds.append(bindparam("kinds", type_=ARRAY(Text)))
+    return clause.bindparams(*binds) if binds else clause
+
+
+NOW_SELECT = _stmt(f"SELECT {NOW} AS now")
+
+INSERT_RUN = _stmt(f"""
+WITH clock AS (SELECT {NOW} AS now)
+INSERT INTO agent_run (id, kind, workspace, subject, band, payload, state, epoch, attempt,
+                       enqueued_at, due_at, lease, deadline_at, continues)
+SELECT :id, :kind, :workspace, :subject, :band, :payload, 'queued', :epoch, :attempt,
+       clock.now, COALESCE(CAST(:due_at AS timestamptz), clock.now), :lease,
+       COALESCE(CAST(:deadline_at AS timestamptz),
+                clock.now + CAST(:deadline_after AS interval)),
+       :continues
+FROM clock
+RETURNING {RUN_COLUMNS}
+""")
+
+GET_RUN = _stmt(f"SELECT {RUN_COLUMNS}, {NOW} AS now FROM agent_run WHERE id = :run_id")
+
+LOCK_RUN = _stmt(f"SELECT {RUN_COLUMNS} FROM agent_run WHERE id = :run_id FOR UPDATE")
+
+REQUIRE_CURRENT = _stmt(f"""
+WITH clock AS (SELECT {NOW} AS now)
+SELECT {RUN_COLUMNS} FROM agent_run, clock WHERE {_FENCE} FOR UPDATE OF agent_run
+""")
+
+RENEW = _stmt(f"""
+WITH clock AS (SELECT {NOW} AS now)
+UPDATE agent_run SET leased_until = clock.now + lease
+FROM clock WHERE {_FENCE}
+RETURNING {RUN_COLUMNS}
+""")
+
+END_FENCED = _stmt(f"""
+WITH clock AS (SELECT {NOW} AS now)
+UPDATE agent_run SET state = 'ended', leased_until = NULL, end_reason = :reason,
+                     ended_at = clock.now
+FROM clock WHERE {_FENCE}
+RETURNING {RUN_COLUMNS}
+""")
+
+END_UNFENCED = _stmt(f"""
+WITH clock AS (SELECT {NOW} AS now)
+UPDATE agent_run SET state = 'ended', leased_until = NULL, end_reason = :reason,
+                     ended_at = clock.now
+FROM clock WHERE id = :run_id AND state IN ('queued', 'leased')
+RETURNING {RUN_COLUMNS}
+""")
+
+REQUEUE = _stmt(f"""
+WITH clock AS (SELECT {NOW} AS now)
+UPDATE agent_run SET state = 'queued', attempt = attempt + :charge,
+                     due_at = GREATEST(clock.now + CAST(:delay AS interval), clock.now),
+                     leased_until = NULL, holder = NULL
+FROM clock WHERE {_FENCE} AND attempt + :charge <= :retry_budget
+RETURNING {RUN_COLUMNS}
+""")
+
+# Replicas share the reaping: a run another replica is taking back (its row locked) is skipped.
+EXPIRED = _stmt(f"""
+SELECT {RUN_COLUMNS} FROM agent_run
+WHERE state = 'leased' AND leased_until <= {NOW}
+ORDER BY leased_until, seq LIMIT :limit
+FOR UPDATE SKIP LOCKED
+""")
+
+_TAKE_BACK_REASON = (
+    "CASE WHEN deadline_at IS NOT NULL AND deadline_at <= clock.now THEN 'deadline_exceeded' "
+    "WHEN attempt >= :retry_budget THEN 'retries_exhausted' END"
+)
+
+# The conditional write of the take-back: only if still leased at the reaper's epoch and
+# expired, so a renewal or another replica that won leaves nothing to write.
+TAKE_BACK = _stmt(f"""
+WITH clock AS (SELECT {NOW} AS now)
+UPDATE agent_run SET
+    state = CASE WHEN {_TAKE_BACK_REASON} IS NULL THEN 'queued' ELSE 'ended' END,
+    end_reason = {_TAKE_BACK_REASON},
+    ended_at = CASE WHEN {_TAKE_BACK_REASON} IS NULL THEN NULL ELSE clock.now END,
+    attempt = attempt + CASE WHEN {_TAKE_BACK_REASON} IS NULL THEN 1 ELSE 0 END,
+    due_at = CASE WHEN {_TAKE_BACK_REASON} IS NULL
+                  THEN clock.now + CAST(:delay AS interval) ELSE due_at END,
+    holder = CASE WHEN {_TAKE_BACK_REASON} IS NULL THEN NULL ELSE holder END,
+    leased_until = NULL
+FROM clock
+WHERE id = :run_id AND epoch = :epoch AND state = 'leased' AND leased_until <= clock.now
+RETURNING {RUN_COLUMNS}
+""")
+
+OVERDUE = _stmt(f"""
+SELECT {RUN_COLUMNS} FROM agent_run
+WHERE state = 'queued' AND deadline_at IS NOT NULL AND deadline_at <= {NOW}
+ORDER BY deadline_at, seq LIMIT :limit
+""")
+
+PURGE = _stmt("""
+WITH doomed AS (
+    SELECT id FROM agent_run
+    WHERE state = 'ended' AND ended_at < :ended_before
+    ORDER BY ended_at LIMIT :limit
+    FOR UPDATE SKIP LOCKED
+)
+DELETE FROM agent_run WHERE id IN (SELECT id FROM doomed) RETURNING id
+""")
+
+LEASED_COUNT = _stmt(
+    "SELECT count(*) AS leased FROM agent_run WHERE workspace = :workspace AND state = 'leased'"
+)
+
+
+def _effective_band(band: str, due_at: str) -> str:
+    """The domain's effective band in SQL: a BACKGROUND run that waited ``aging`` since it was
+    due orders as BATCH; nothing ages into INTERACTIVE, so one comparison is the whole rule."""
+    return (
+        f"CASE WHEN {band} = 2 AND clock.aging > interval '0' "
+        f"AND {due_at} <= clock.now - clock.aging THEN 1 ELSE {band} END"
+    )
+
+
+def _offered_heads(workspace: str, band: str, limit: str) -> str:
+    """A workspace's offered subject heads of one band, oldest due first (an index range)."""
+    return f"""
+        SELECT s.subject, s.head_run, s.head_band, s.head_due_at, s.head_seq
+        FROM agent_subject s
+        WHERE s.head_run IS NOT NULL AND s.head_workspace = {workspace} AND s.head_band = {band}
+          AND s.head_due_at <= clock.now AND {_KINDS.format(kind="s.head_kind")}
+        ORDER BY s.head_due_at, s.head_seq LIMIT {limit}"""
+
+
+_CLAIM_UPDATE = f"""
+UPDATE agent_run r SET state = 'leased', epoch = r.epoch + 1,
+                       leased_until = clock.now + r.lease, holder = :holder
+FROM picked, clock WHERE r.id = picked.id
+RETURNING {_R_COLUMNS}, picked.claim_band, picked.claim_load
+"""
+
+# The claim (ADRs/0004). Stage one takes each open workspace's first offered head per band
+# (three index probes) and keeps the :pool workspaces whose first head orders first: the first
+# :pool claims can only come from those. Stage two ranks up to :pool heads per band of each kept
+# workspace exactly as the domain's claim_order does (load = leased runs + heads of the same
+# workspace taken before), and locks the first :limit with SKIP LOCKED. Only agent_subject (one
+# row per subject) is read in order; agent_run is touched by primary key and partial indexes.
+CLAIM = _stmt(f"""
+WITH clock AS MATERIALIZED (SELECT {NOW} AS now, CAST(:aging AS interval) AS aging),
+bands (band) AS (VALUES (CAST(0 AS smallint)), (CAST(1 AS smallint)), (CAST(2 AS smallint))),
+open_ws AS (
+    SELECT w.id,
+           (SELECT count(*) FROM agent_run l
+            WHERE l.workspace = w.id AND l.state = 'leased') AS leased
+    FROM agent_workspace w, clock
+    WHERE w.active AND NOT EXISTS (
+        SELECT 1 FROM agent_budget_hold h WHERE h.workspace = w.id AND h.until > clock.now)
+),
+firsts AS (
+    SELECT w.id AS workspace, w.leased,
+           {_effective_band("f.head_band", "f.head_due_at")} AS eb,
+           f.head_due_at AS due_at, f.head_seq AS seq
+    FROM open_ws w CROSS JOIN bands b CROSS JOIN clock
+    CROSS JOIN LATERAL ({_offered_heads("w.id", "b.band", "1")}) f
+),
+chosen_ws AS (
+    SELECT workspace, leased FROM (
+        SELECT DISTINCT ON (workspace) workspace, leased, eb, due_at, seq
+        FROM firsts ORDER BY workspace, eb, due_at, seq
+    ) best
+    ORDER BY eb, leased, due_at, seq LIMIT :pool
+),
+candidates AS (
+    SELECT w.workspace, w.leased, c.subject, c.head_run,
+           {_effective_band("c.head_band", "c.head_due_at")} AS eb,
+           c.head_due_at AS due_at, c.head_seq AS seq
+    FROM chosen_ws w CROSS JOIN bands b CROSS JOIN clock
+    CROSS JOIN LATERAL ({_offered_heads("w.workspace", "b.band", ":pool")}) c
+),
+ranked AS (
+    SELECT subject, head_run, eb, due_at, seq,
+           leased + row_number() OVER (PARTITION BY workspace ORDER BY eb, due_at, seq) - 1
+               AS load
+    FROM candidates
+),
+picked AS (
+    SELECT r.id, k.eb AS claim_band, k.load AS claim_load
+    FROM ranked k
+    JOIN agent_subject s ON s.subject = k.subject
+    JOIN agent_run r ON r.id = s.head_run
+    WHERE s.head_run = k.head_run AND r.state = 'queued'
+    ORDER BY k.eb, k.load, k.due_at, k.seq
+    LIMIT :limit
+    FOR UPDATE OF s, r SKIP LOCKED
+)
+{_CLAIM_UPDATE}
+""")
+
+# claim_subject: the same rule within one subject, whose head is one primary-key read.
+CLAIM_SUBJECT = _stmt(f"""
+WITH clock AS MATERIALIZED (SELECT {NOW} AS now, CAST(:aging AS interval) AS aging),
+picked AS (
+    SELECT r.id, {_effective_band("r.band", "r.due_at")} AS claim_band, 0 AS claim_load
+    FROM agent_subject s
+    JOIN agent_run r ON r.id = s.head_run
+    JOIN agent_workspace w ON w.id = r.workspace
+    CROSS JOIN clock
+    WHERE s.subject = :subject AND r.state = 'queued' AND r.due_at <= clock.now
+      AND w.active AND {_KINDS.format(kind="r.kind")}
+      AND NOT EXISTS (
+          SELECT 1 FROM agent_budget_hold h WHERE h.workspace = w.id AND h.until > clock.now)
+    LIMIT :limit
+    FOR UPDATE OF s, r SKIP LOCKED
+)
+{_CLAIM_UPDATE}
+""")
+
+APPEND_EVENT = _stmt(f"""
+INSERT INTO agent_run_event (run_id, seq, epoch, type, data, created_at)
+SELECT :run_id, COALESCE(max(seq), 0) + 1, :epoch, :type, :data, {NOW}
+FROM agent_run_event WHERE run_id = :run_id
+RETURNING run_id, seq, epoch, type, data, created_at
+""")
+
+LIST_EVENTS = _stmt("""
+SELECT run_id, seq, epoch, type, data, created_at FROM agent_run_event
+WHERE run_id = :run_id ORDER BY seq
+""")
+
+SET_ACTIVE = _stmt("""
+INSERT INTO agent_workspace (id, active) VALUES (:workspace, :active)
+ON CONFLICT (id) DO UPDATE SET active = EXCLUDED.active
+""")
+
+HOLD_BUDGET = _stmt("""
+INSERT INTO agent_budget_hold (workspace, until, reason) VALUES (:workspace, :until, :reason)
+ON CONFLICT (workspace) DO UPDATE SET until = EXCLUDED.until, reason = EXCLUDED.reason
+""")
+
+RELEASE_BUDGET = _stmt("DELETE FROM agent_budget_hold WHERE workspace = :workspace")
+
+HOLDS = _stmt(f"""
+SELECT workspace, until, reason FROM agent_budget_hold WHERE until > {NOW} ORDER BY workspace
+""")
+
+INSERT_REVIEW_JOB = _stmt("""
+INSERT INTO review_job (run_id, workspace, subject, status, attempt)
+VALUES (:run_id, :workspace, :subject, :status, :attempt)
+""")
+
+GET_REVIEW_JOB = _stmt(
+    "SELECT run_id, workspace, subject, status, attempt FROM review_job WHERE run_id = :run_id"
+)
+
+LOCK_REVIEW_JOB = _stmt(
+    "SELECT run_id, workspace, subject, status, attempt FROM review_job "
+    "WHERE run_id = :run_id FOR UPDATE"
+)
+
+MOVE_REVIEW_JOB = _stmt(
+    "UPDATE review_job SET status = :status, attempt = :attempt WHERE run_id = :run_id"
+)
