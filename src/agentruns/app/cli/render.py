@@ -80,6 +80,8 @@ def status(report: RunStatus) -> RenderableType:
         )
         or "none",
     )
+    if not report.counts:
+        return Group(Text("no runs yet"), facts)
     return Group(by_band, by_workspace, by_reason, facts)
 
 

@@ -13,6 +13,7 @@ from pathlib import Path
 from typing import NoReturn, TypeVar
 
 import typer
+from dependency_injector import providers
 from pydantic import ValidationError
 from rich.console import Console
 
@@ -84,9 +85,9 @@ def postgres_container(
     """A container on the PostgreSQL at ``url`` (checked: reachable and migrated)."""
     composition.check_database(url)
     built = AgentRunsContainer()
-    built.settings.override(config.model_copy(update={"database_url": url}))
+    built.settings.override(providers.Object(config.model_copy(update={"database_url": url})))
     if kinds is not None:
-        built.kinds.override(kinds)
+        built.kinds.override(providers.Object(kinds))
     composition.use_postgres(built, url)
     return built
 

@@ -42,6 +42,10 @@ class Fleet(Protocol):
         """Run outcomes the workers reported so far, by outcome name."""
         ...
 
+    def crashed(self) -> list[str]:
+        """Workers that stopped on their own (not killed, not stopped)."""
+        ...
+
 
 class ProcessFleet(Fleet):
     def __init__(
@@ -57,6 +61,7 @@ class ProcessFleet(Fleet):
         self._env = {**os.environ, **env}
         self._log_dir = log_dir
         self._processes: dict[str, asyncio.subprocess.Process] = {}
+        self._killed: set[str] = set()
 
     def log_path(self, holder: str) -> Path:
         return self._log_dir / f"{holder}.log"
@@ -69,6 +74,8 @@ class ProcessFleet(Fleet):
                     sys.executable,
                     "-m",
                     "agentruns.app.cli",
+                    "--log-format",
+                    "json",
                     "worker",
                     "--kinds",
                     KINDS_REF,
@@ -76,15 +83,21 @@ class ProcessFleet(Fleet):
                     str(self._concurrency),
                     "--holder",
                     holder,
-                    "--log-format",
-                    "json",
                     stdin=subprocess.DEVNULL,
                     stdout=log,
                     stderr=log,
                     env=self._env,
                 )
 
+    def crashed(self) -> list[str]:
+        return [
+            holder
+            for holder, process in self._processes.items()
+            if process.returncode is not None and holder not in self._killed
+        ]
+
     async def kill(self, holder: str) -> None:
+        self._killed.add(holder)
         process = self._processes[holder]
         with contextlib.suppress(ProcessLookupError):
             process.send_signal(signal.SIGKILL)
@@ -130,6 +143,13 @@ class TaskFleet(Fleet):
     async def start(self) -> None:
         for holder, worker in self._workers.items():
             self._tasks[holder] = asyncio.create_task(worker.run(self._stops[holder], grace=10))
+
+    def crashed(self) -> list[str]:
+        return [
+            holder
+            for holder, task in self._tasks.items()
+            if task.done() and not task.cancelled() and task.exception() is not None
+        ]
 
     async def kill(self, holder: str) -> None:
         task = self._tasks[holder]

@@ -26,6 +26,10 @@ from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
 
 
+class DemoAborted(AgentRunsError):
+    """The demo could not go on (a worker process died on its own)."""
+
+
 @dataclass(frozen=True, slots=True)
 class DemoConfig:
     """How big and how long: the defaults are the full demo; tests shrink ``scale``."""
@@ -167,6 +171,9 @@ class DemoConductor:
                     break
                 if elapsed > self._config.timeout:
                     break
+                crashed = self._fleet.crashed()
+                if crashed:
+                    raise DemoAborted(f"worker {', '.join(crashed)} exited on its own: see its log")
                 await asyncio.sleep(self._config.sample_every)
         finally:
             await self._fleet.stop(self._config.grace)
