@@ -9,9 +9,11 @@ import asyncio
 import os
 import random
 import signal
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 from uuid import UUID
@@ -203,6 +205,19 @@ def test_a_bad_kinds_reference_is_one_line(postgres_url: str) -> None:
     assert_one_line_error(invoke(postgres_url, "worker"), "--kinds")
 
 
+def _free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port: int = probe.getsockname()[1]
+        return port
+
+
+def _scrape(port: int) -> str:
+    with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as response:
+        body: bytes = response.read()
+        return body.decode()
+
+
 def _command(url: str, log: Path, *args: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "AGENTRUNS_DATABASE_URL": url, "AGENTRUNS_POLL_INTERVAL": "0.2"}
     with log.open("wb") as out:
@@ -218,13 +233,27 @@ def test_a_worker_process_runs_the_kinds_and_stops_gracefully_on_sigterm(
     postgres_url: str, tmp_path: Path
 ) -> None:
     log = tmp_path / "worker.log"
-    worker = _command(postgres_url, log, "worker", "--kinds", KINDS, "--concurrency", "2")
+    port = _free_port()
+    worker = _command(
+        postgres_url,
+        log,
+        "worker",
+        "--kinds",
+        KINDS,
+        "--concurrency",
+        "2",
+        "--metrics-port",
+        str(port),
+    )
     try:
         runs = enqueue(postgres_url, 3)
         wait_until(
             lambda: all(get(postgres_url, run.id).state is AgentRunState.ENDED for run in runs),
             "every run ended",
         )
+        metrics = _scrape(port)
+        assert "agentruns_claims_total 3.0" in metrics
+        assert 'agentruns_ends_total{kind="agent.review",reason="completed"} 3.0' in metrics
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=60)

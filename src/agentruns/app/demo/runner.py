@@ -84,6 +84,7 @@ class DemoReport:
     elapsed: float
     settled: bool
     lease: timedelta
+    faults: dict[str, int] = field(default_factory=dict)
     checks: list[Check] = field(default_factory=list)
 
     @property
@@ -204,6 +205,7 @@ class DemoConductor:
             elapsed=elapsed,
             settled=settled,
             lease=self._lease,
+            faults=workload.faults(),
         )
         report.checks = _checks(report, unsettled)
         return report

@@ -43,7 +43,11 @@ def progress_view(status: RunStatus, extra: dict[str, object]) -> RenderableType
         (f"killed {killed}" if killed else "no worker killed yet", "red" if killed else "dim"),
     )
     bar = ProgressBar(total=max(offered + 1, status.total() or 1), completed=ended, width=60)
-    return Group(table, bar, line)
+    grid = Table.grid()
+    grid.add_row(table)
+    grid.add_row(bar)
+    grid.add_row(line)
+    return grid
 
 
 def summary_view(report: DemoReport) -> RenderableType:
@@ -55,6 +59,8 @@ def summary_view(report: DemoReport) -> RenderableType:
     totals.add_column("count", justify="right")
     reasons = final.reasons()
     totals.add_row("runs enqueued", str(report.enqueued))
+    faults = ", ".join(f"{name} x{count}" for name, count in sorted(report.faults.items()))
+    totals.add_row("faults injected", f"{faults}, SIGKILL of {report.killed or 'no worker'}")
     totals.add_row("completed", str(reasons.get(TerminationReason.COMPLETED, 0)))
     totals.add_row("requeued after a failure (charged)", str(report.outcomes.get("requeued", 0)))
     for reason, count in sorted(reasons.items()):
