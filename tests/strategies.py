@@ -11,6 +11,7 @@ from agentruns.domain.backoff import Backoff
 from agentruns.domain.bands import Band
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
+from agentruns.domain.termination import TerminationReason
 
 EPOCH = datetime(2026, 1, 1, tzinfo=UTC)
 
@@ -75,3 +76,18 @@ def populations(draw: st.DrawFn, max_size: int = 30) -> list[AgentRun]:
             leased.add(run.subject)
         population.append(run)
     return population
+
+
+# The stateful test of AgentRuns: few subjects and holders, so that runs contend for subjects and
+# fences go stale often; clock steps around the contract kinds' 30 s lease, 10 s backoff and
+# 30 min deadline.
+contended_subjects = st.sampled_from(["review:1", "review:2", "review:3"])
+holders = st.sampled_from(["worker-1", "worker-2"])
+clock_steps = st.one_of(
+    st.sampled_from([1, 10, 29, 30, 31, 60, 600]).map(lambda s: timedelta(seconds=s)),
+    st.integers(min_value=0, max_value=90).map(lambda s: timedelta(seconds=s)),
+)
+short_delays = st.integers(min_value=0, max_value=90).map(lambda s: timedelta(seconds=s))
+holder_end_reasons = st.sampled_from(
+    [TerminationReason.COMPLETED, TerminationReason.FAILED, TerminationReason.NOT_RETRYABLE]
+)

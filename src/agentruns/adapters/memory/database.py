@@ -35,14 +35,16 @@ class MemoryTransaction(Transaction):
     def on_commit(self, callback: Callable[[], None]) -> None:
         self._after_commit.append(callback)
 
-    def _rollback(self, to: int = 0) -> None:
-        while len(self._undo) > to:
+    def _rollback(self, to: tuple[int, int] = (0, 0)) -> None:
+        # A savepoint's rollback drops only the callbacks registered inside it, as PostgreSQL
+        # drops the NOTIFYs of an aborted subtransaction and keeps its parent's.
+        undo_to, callbacks_to = to
+        while len(self._undo) > undo_to:
             self._undo.pop()()
-        if to == 0:
-            self._after_commit.clear()
+        del self._after_commit[callbacks_to:]
 
-    def _mark(self) -> int:
-        return len(self._undo)
+    def _mark(self) -> tuple[int, int]:
+        return len(self._undo), len(self._after_commit)
 
     def _commit(self) -> None:
         callbacks, self._after_commit = self._after_commit, []

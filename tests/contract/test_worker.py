@@ -1,0 +1,351 @@
+"""The worker runtime on every backend: renew before append, lost leases, recovery, shutdown."""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import AsyncIterator, Awaitable
+from datetime import timedelta
+from typing import TypeVar
+
+import pytest
+
+from agentruns.app.kinds import RunKind, RunKinds, StepEvent
+from agentruns.app.ports import RunEvent
+from agentruns.app.reaper import AgentRunReaper
+from agentruns.app.runs import AgentRuns
+from agentruns.app.worker import Worker
+from agentruns.domain.bands import Band
+from agentruns.domain.failures import ProviderError
+from agentruns.domain.run import AgentRun
+from agentruns.domain.states import AgentRunState
+from agentruns.domain.termination import RunOutcome, TerminationReason
+from tests.contract.conftest import Backend
+from tests.contract.kinds import BACKOFF, LEASE, policy
+
+T = TypeVar("T")
+
+# A bound so that a broken test fails instead of hanging; never a timing assertion.
+BOUND = 5.0
+
+
+async def within(awaitable: Awaitable[T]) -> T:
+    async with asyncio.timeout(BOUND):
+        return await awaitable
+
+
+class Gate:
+    """Steps of kind ``gated``: the second step waits at the gate until the test opens it.
+
+    Only a claim under one of ``epochs`` waits, so a later holder of the same run runs through.
+    """
+
+    def __init__(self, epochs: frozenset[int] = frozenset({1})) -> None:
+        self.epochs = epochs
+        self.reached = asyncio.Event()
+        self.opened = asyncio.Event()
+
+    async def steps(self, run: AgentRun) -> AsyncIterator[StepEvent]:
+        yield StepEvent("step", {"index": 0})
+        if run.epoch in self.epochs:
+            self.reached.set()
+            await self.opened.wait()
+        yield StepEvent("step", {"index": 1})
+
+
+@pytest.fixture
+def gate(kinds: RunKinds) -> Gate:
+    gate = Gate()
+    kinds.register(RunKind(policy("gated"), gate.steps))
+    return gate
+
+
+def indexed(events: list[RunEvent]) -> list[tuple[int, object]]:
+    """(epoch, step index) of each event, in log order."""
+    return [(event.epoch, event.data["index"]) for event in events]
+
+
+def other_worker(backend: Backend, runs: AgentRuns, kinds: RunKinds, holder: str) -> Worker:
+    return Worker(runs, kinds, backend.stores.notifier, random.Random(1), holder=holder)
+
+
+async def test_the_lease_is_renewed_at_every_step_boundary(
+    runs: AgentRuns, worker: Worker, kinds: RunKinds, backend: Backend
+) -> None:
+    """Steps that together outlast the lease complete, because each boundary renews it."""
+    seen: list[timedelta] = []
+    start = backend.clock.now()
+
+    async def slow_steps(run: AgentRun) -> AsyncIterator[StepEvent]:
+        for index in range(3):
+            backend.clock.advance(timedelta(seconds=20))  # each step takes 2/3 of the lease
+            yield StepEvent("step", {"index": index})
+            leased_until = (await runs.get(run.id)).leased_until
+            assert leased_until is not None
+            seen.append(leased_until - start)
+
+    kinds.register(RunKind(policy("slow"), slow_steps))
+    run = await runs.enqueue("slow", workspace="acme", subject="s")
+    [leased] = await runs.claim(worker.holder)
+    assert await worker.drive(leased) is RunOutcome.COMPLETED
+    assert seen == [timedelta(seconds=20 * step) + LEASE for step in (1, 2, 3)]
+    assert indexed(await runs.events(run.id)) == [(1, 0), (1, 1), (1, 2)]
+    assert (await runs.get(run.id)).end_reason is TerminationReason.COMPLETED
+
+
+async def test_a_zombie_never_appends_after_its_run_was_taken_back_and_claimed_again(
+    runs: AgentRuns,
+    worker: Worker,
+    reaper: AgentRunReaper,
+    kinds: RunKinds,
+    backend: Backend,
+    gate: Gate,
+) -> None:
+    """A holder stalled past its lease loses the run to a new holder and appends nothing more."""
+    run = await runs.enqueue("gated", workspace="acme", subject="s")
+    [leased] = await runs.claim(worker.holder)
+    zombie = asyncio.create_task(worker.drive(leased))
+    await within(gate.reached.wait())
+
+    backend.clock.advance(LEASE)
+    assert (await reaper.tick()).requeued == 1
+    backend.clock.advance(BACKOFF.base)
+    second = other_worker(backend, runs, kinds, "worker-2")
+    [reclaimed] = await runs.claim(second.holder)
+    assert (reclaimed.id, reclaimed.epoch) == (run.id, 2)
+
+    gate.opened.set()
+    assert await within(zombie) is RunOutcome.LEASE_LOST
+    assert indexed(await runs.events(run.id)) == [(1, 0)]
+    after = await runs.get(run.id)
+    assert (after.state, after.epoch, after.holder) == (AgentRunState.LEASED, 2, "worker-2")
+
+    assert await second.drive(reclaimed) is RunOutcome.COMPLETED
+    assert indexed(await runs.events(run.id)) == [(1, 0), (2, 0), (2, 1)]
+
+
+async def test_an_expired_lease_stops_the_holder_without_settling_the_run(
+    runs: AgentRuns, worker: Worker, reaper: AgentRunReaper, backend: Backend, gate: Gate
+) -> None:
+    """A holder whose lease ran out appends nothing and leaves the run to the reaper."""
+    run = await runs.enqueue("gated", workspace="acme", subject="s")
+    [leased] = await runs.claim(worker.holder)
+    holder = asyncio.create_task(worker.drive(leased))
+    await within(gate.reached.wait())
+    backend.clock.advance(LEASE)
+    gate.opened.set()
+
+    assert await within(holder) is RunOutcome.LEASE_LOST
+    assert indexed(await runs.events(run.id)) == [(1, 0)]
+    unsettled = await runs.get(run.id)
+    assert (unsettled.state, unsettled.epoch, unsettled.attempt, unsettled.holder) == (
+        AgentRunState.LEASED,
+        1,
+        0,
+        worker.holder,
+    )
+    assert (await reaper.tick()).requeued == 1
+    assert (await runs.get(run.id)).attempt == 1
+
+
+@pytest.mark.parametrize("status", [503, 429])
+async def test_a_retryable_failure_requeues_with_one_more_attempt_after_backoff(
+    runs: AgentRuns, worker: Worker, backend: Backend, status: int
+) -> None:
+    """A 5xx or 429 is a charged requeue, due after the backoff of the attempt it starts."""
+    run = await runs.enqueue(
+        "chat", workspace="acme", subject="c", payload={"steps": 1, "fail": status}
+    )
+    [leased] = await runs.claim(worker.holder)
+    assert await worker.drive(leased) is RunOutcome.REQUEUED
+
+    after = await runs.get(run.id)
+    assert (after.state, after.epoch, after.attempt, after.holder) == (
+        AgentRunState.QUEUED,
+        1,
+        1,
+        None,
+    )
+    assert after.due_at == backend.clock.now() + BACKOFF.base
+    assert indexed(await runs.events(run.id)) == [(1, 0)]
+    assert await runs.claim("early") == []
+    backend.clock.advance(BACKOFF.base)
+    [again] = await runs.claim("on-time")
+    assert (again.id, again.epoch, again.attempt) == (run.id, 2, 1)
+
+
+@pytest.mark.parametrize("fail", [401, "chain"], ids=["401", "chain-ending-in-401"])
+async def test_a_failure_that_is_not_retryable_ends_the_run_not_retryable(
+    runs: AgentRuns, worker: Worker, fail: object
+) -> None:
+    """A 401, or a fallback chain whose last provider answered 401, is dead-lettered at once."""
+    run = await runs.enqueue(
+        "chat", workspace="acme", subject="c", payload={"steps": 2, "fail": fail}
+    )
+    [leased] = await runs.claim(worker.holder)
+    assert await worker.drive(leased) is RunOutcome.FAILED
+
+    after = await runs.get(run.id)
+    assert (after.state, after.end_reason, after.attempt) == (
+        AgentRunState.ENDED,
+        TerminationReason.NOT_RETRYABLE,
+        0,
+    )
+    assert after.end_reason is not None
+    assert after.end_reason.is_dead_letter
+    assert indexed(await runs.events(run.id)) == [(1, 0), (1, 1)]
+
+
+async def test_a_retryable_failure_at_the_budget_ends_the_run_retries_exhausted(
+    runs: AgentRuns, worker: Worker, backend: Backend
+) -> None:
+    """Each retry waits a doubled backoff; the failure after the last allowed retry ends it."""
+    run = await runs.enqueue(
+        "chat", workspace="acme", subject="c", payload={"steps": 0, "fail": 503}
+    )
+    delays: list[timedelta] = []
+    for attempt in (1, 2, 3):
+        [leased] = await runs.claim(worker.holder)
+        assert await worker.drive(leased) is RunOutcome.REQUEUED
+        after = await runs.get(run.id)
+        assert after.attempt == attempt
+        delays.append(after.due_at - backend.clock.now())
+        backend.clock.set(after.due_at)
+    assert delays == [BACKOFF.base, 2 * BACKOFF.base, 4 * BACKOFF.base]
+
+    [last] = await runs.claim(worker.holder)
+    assert await worker.drive(last) is RunOutcome.FAILED
+    ended = await runs.get(run.id)
+    assert (ended.state, ended.end_reason, ended.attempt, ended.epoch) == (
+        AgentRunState.ENDED,
+        TerminationReason.RETRIES_EXHAUSTED,
+        3,
+        4,
+    )
+
+
+async def test_a_cancel_while_running_is_seen_by_the_worker_as_cancelled(
+    runs: AgentRuns, worker: Worker, gate: Gate
+) -> None:
+    """A run cancelled mid-step ends CANCELLED, and its holder stops at the next boundary."""
+    run = await runs.enqueue("gated", workspace="acme", subject="s")
+    [leased] = await runs.claim(worker.holder)
+    holder = asyncio.create_task(worker.drive(leased))
+    await within(gate.reached.wait())
+    cancelled = await runs.cancel(run.id)
+    gate.opened.set()
+
+    assert await within(holder) is RunOutcome.CANCELLED
+    after = await runs.get(run.id)
+    assert after == cancelled
+    assert (after.state, after.end_reason) == (AgentRunState.ENDED, TerminationReason.CANCELLED)
+    assert indexed(await runs.events(run.id)) == [(1, 0)]
+
+
+async def test_graceful_shutdown_stops_claiming_and_lets_the_running_step_finish(
+    runs: AgentRuns, kinds: RunKinds, backend: Backend, gate: Gate
+) -> None:
+    """After stop is set the worker claims nothing new and finishes its step within the grace."""
+    worker = Worker(
+        runs, kinds, backend.stores.notifier, random.Random(1), holder="w", concurrency=1
+    )
+    running = await runs.enqueue("gated", workspace="acme", subject="a")
+    stop = asyncio.Event()
+    loop = asyncio.create_task(worker.run(stop, grace=BOUND))
+    await within(gate.reached.wait())
+
+    stop.set()
+    waiting = await runs.enqueue("chat", workspace="acme", subject="b", payload={"steps": 1})
+    gate.opened.set()
+    await within(loop)
+
+    finished = await runs.get(running.id)
+    assert (finished.state, finished.end_reason) == (
+        AgentRunState.ENDED,
+        TerminationReason.COMPLETED,
+    )
+    assert indexed(await runs.events(running.id)) == [(1, 0), (1, 1)]
+    left = await runs.get(waiting.id)
+    assert (left.state, left.epoch) == (AgentRunState.QUEUED, 0)
+    assert worker.stats.claimed == 1
+
+
+async def test_a_step_that_outlasts_the_grace_is_left_to_lease_expiry(
+    runs: AgentRuns, kinds: RunKinds, reaper: AgentRunReaper, backend: Backend, gate: Gate
+) -> None:
+    """Shutdown abandons a step still running after the grace; the reaper takes the run back."""
+    worker = Worker(runs, kinds, backend.stores.notifier, random.Random(1), holder="w")
+    run = await runs.enqueue("gated", workspace="acme", subject="a")
+    stop = asyncio.Event()
+    loop = asyncio.create_task(worker.run(stop, grace=0.01))
+    await within(gate.reached.wait())
+    stop.set()
+    await within(loop)
+
+    abandoned = await runs.get(run.id)
+    assert (abandoned.state, abandoned.epoch, abandoned.holder) == (AgentRunState.LEASED, 1, "w")
+    assert indexed(await runs.events(run.id)) == [(1, 0)]
+    backend.clock.advance(LEASE)
+    assert (await reaper.tick()).requeued == 1
+
+
+async def test_an_idle_worker_wakes_on_enqueue_before_its_poll_interval(
+    runs: AgentRuns, kinds: RunKinds, backend: Backend
+) -> None:
+    """A worker polling every 30 s claims a run queued while it idles, through the notifier."""
+    claimed = asyncio.Event()
+
+    async def signalling_steps(run: AgentRun) -> AsyncIterator[StepEvent]:
+        claimed.set()
+        yield StepEvent("step", {"index": 0})
+
+    kinds.register(RunKind(policy("signal"), signalling_steps))
+    worker = Worker(
+        runs, kinds, backend.stores.notifier, random.Random(1), holder="w", poll_interval=30.0
+    )
+    stop = asyncio.Event()
+    loop = asyncio.create_task(worker.run(stop, grace=BOUND))
+    for _ in range(10):  # let the worker find nothing and go idle on the notifier
+        await asyncio.sleep(0)
+    assert worker.stats.claimed == 0
+
+    run = await runs.enqueue("signal", workspace="acme", subject="s")
+    await within(claimed.wait())
+    stop.set()
+    await within(loop)
+    assert (await runs.get(run.id)).end_reason is TerminationReason.COMPLETED
+
+
+async def test_a_host_driving_a_run_itself_gets_the_failure_unchanged(
+    runs: AgentRuns, kinds: RunKinds
+) -> None:
+    """An interactive caller iterating a kind's steps sees the ProviderError; nothing settles."""
+    run = await runs.enqueue(
+        "chat",
+        workspace="acme",
+        subject="conversation:1",
+        band=Band.INTERACTIVE,
+        payload={"steps": 1, "fail": 401},
+    )
+    leased = await runs.claim_subject("host", "conversation:1", kinds=["chat"])
+    assert leased is not None
+    assert leased.id == run.id
+
+    async def drive_it_myself(run: AgentRun) -> None:
+        async for event in kinds.get("chat").steps(run):
+            async with runs.transaction() as tx:
+                await runs.renew(run.fence, tx=tx)
+                await runs.append_event(run.fence, event.type, event.data, tx=tx)
+
+    with pytest.raises(ProviderError) as failure:
+        await drive_it_myself(leased)
+    assert (type(failure.value), failure.value.status) == (ProviderError, 401)
+
+    after = await runs.get(run.id)
+    assert (after.state, after.epoch, after.attempt, after.holder) == (
+        AgentRunState.LEASED,
+        1,
+        0,
+        "host",
+    )
+    assert indexed(await runs.events(run.id)) == [(1, 0)]
