@@ -185,13 +185,19 @@ RETURNING {_R_COLUMNS}, picked.claim_band, picked.claim_load
 CLAIM = _stmt(f"""
 WITH clock AS MATERIALIZED (SELECT {NOW} AS now, CAST(:aging AS interval) AS aging),
 bands (band) AS (VALUES (CAST(0 AS smallint)), (CAST(1 AS smallint)), (CAST(2 AS smallint))),
-open_ws AS (
-    SELECT w.id,
-           (SELECT count(*) FROM agent_run l
-            WHERE l.workspace = w.id AND l.state = 'leased') AS leased
-    FROM agent_workspace w, clock
-    WHERE w.active AND NOT EXISTS (
-        SELECT 1 FROM agent_budget_hold h WHERE h.workspace = w.id AND h.until > clock.now)
+leased AS MATERIALIZED (
+    SELECT workspace, count(*) AS leased FROM agent_run WHERE state = 'leased'
+    GROUP BY workspace
+),
+closed AS MATERIALIZED (
+    SELECT id AS workspace FROM agent_workspace WHERE NOT active
+    UNION
+    SELECT h.workspace FROM agent_budget_hold h, clock WHERE h.until > clock.now
+),
+open_ws AS MATERIALIZED (
+    SELECT w.id, COALESCE(l.leased, 0) AS leased
+    FROM agent_workspace w LEFT JOIN leased l ON l.workspace = w.id
+    WHERE w.id NOT IN (SELECT workspace FROM closed)
 ),
 firsts AS (
     SELECT w.id AS workspace, w.leased,

@@ -1,0 +1,76 @@
+"""Fast synthetic populations for the claim's plan test and its cost benchmark.
+
+Rows go in by one ``INSERT ... SELECT generate_series`` with the run triggers switched off for
+that statement, and the bookkeeping the triggers would have kept (one row per workspace and per
+subject) is then built by two set-based statements, exactly as the triggers define it.
+"""
+
+from __future__ import annotations
+
+import psycopg
+
+POPULATE = """
+INSERT INTO agent_run (id, kind, workspace, subject, band, payload, state, epoch, attempt, seq,
+                       enqueued_at, due_at, lease, leased_until, holder, end_reason, ended_at)
+SELECT gen_random_uuid(),
+       CASE WHEN g %% 5 = 0 THEN 'review' ELSE 'chat' END,
+       'ws-' || ((g %% %(subjects)s) %% %(workspaces)s),
+       'subject-' || (g %% %(subjects)s),
+       g %% 3,
+       '{}',
+       %(state)s, CASE WHEN %(state)s = 'queued' THEN 0 ELSE 1 END, 0,
+       nextval('agent_run_seq'),
+       now() - interval '2 hours',
+       now() - make_interval(secs => g %% 7200),
+       interval '30 seconds',
+       CASE WHEN %(state)s = 'leased' THEN now() + interval '30 seconds' END,
+       CASE WHEN %(state)s = 'leased' THEN 'bench' END,
+       CASE WHEN %(state)s = 'ended' THEN 'completed' END,
+       CASE WHEN %(state)s = 'ended' THEN now() END
+FROM generate_series(1, %(count)s) AS g
+"""
+
+BOOKKEEPING = """
+INSERT INTO agent_workspace (id) SELECT DISTINCT workspace FROM agent_run ON CONFLICT DO NOTHING;
+DELETE FROM agent_subject;
+INSERT INTO agent_subject (subject, head_run, head_workspace, head_kind, head_band, head_due_at,
+                           head_seq)
+SELECT DISTINCT ON (r.subject) r.subject, r.id, r.workspace, r.kind, r.band, r.due_at, r.seq
+FROM agent_run r
+WHERE r.state = 'queued'
+  AND NOT EXISTS (SELECT 1 FROM agent_run l WHERE l.subject = r.subject AND l.state = 'leased')
+ORDER BY r.subject, r.seq;
+"""
+
+
+def populate(
+    connection: psycopg.Connection[tuple[object, ...]],
+    *,
+    queued: int,
+    workspaces: int,
+    subjects: int,
+    leased: int = 0,
+    ended: int = 0,
+) -> None:
+    """``queued`` runs over ``workspaces`` and ``subjects`` (a subject stays in one workspace),
+    plus ``leased`` runs on subjects of their own and ``ended`` finished runs; then ANALYZE."""
+    with connection.transaction():
+        connection.execute("ALTER TABLE agent_run DISABLE TRIGGER USER")
+        shapes = [
+            ("queued", queued, subjects),
+            ("ended", ended, subjects),
+            ("leased", leased, leased),
+        ]
+        for state, count, spread in shapes:
+            if count == 0:
+                continue
+            sql = POPULATE
+            if state == "leased":  # one leased run per subject, on subjects of their own
+                sql = sql.replace("'subject-' ||", "'leased-' ||")
+            connection.execute(
+                sql,
+                {"state": state, "count": count, "subjects": spread, "workspaces": workspaces},
+            )
+        connection.execute("ALTER TABLE agent_run ENABLE TRIGGER USER")
+        connection.execute(BOOKKEEPING)
+    connection.execute("ANALYZE")

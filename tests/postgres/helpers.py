@@ -1,0 +1,63 @@
+"""Helpers of the PostgreSQL tier: raw rows written around the adapter, and populations."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+import psycopg
+
+from agentruns.domain.run import AgentRun
+from agentruns.domain.states import AgentRunState
+
+INSERT = """
+INSERT INTO agent_run (id, kind, workspace, subject, band, payload, state, epoch, attempt, seq,
+                       enqueued_at, due_at, lease, deadline_at)
+VALUES (%s, %s, %s, %s, %s, %s, 'queued', %s, %s, %s, %s, %s, %s, %s)
+"""
+
+LEASE = """
+UPDATE agent_run SET state = 'leased', leased_until = %s, holder = %s WHERE id = %s
+"""
+
+END = """
+UPDATE agent_run SET state = 'ended', end_reason = %s, ended_at = %s, leased_until = NULL
+WHERE id = %s
+"""
+
+RESET = """
+TRUNCATE agent_run, agent_run_event, review_job, agent_subject, agent_workspace,
+         agent_budget_hold
+"""
+
+
+def write_runs(
+    connection: psycopg.Connection[tuple[object, ...]], runs: Iterable[AgentRun]
+) -> None:
+    """Write ``runs`` exactly as given (queue order included), through the legal transitions."""
+    with connection.cursor() as cursor:
+        for run in runs:
+            cursor.execute(
+                INSERT,
+                (
+                    run.id,
+                    run.kind,
+                    run.workspace,
+                    run.subject,
+                    int(run.band),
+                    json.dumps(run.payload),
+                    run.epoch,
+                    run.attempt,
+                    run.seq,
+                    run.enqueued_at,
+                    run.due_at,
+                    run.lease,
+                    run.deadline_at,
+                ),
+            )
+        for run in runs:
+            if run.state is AgentRunState.LEASED:
+                cursor.execute(LEASE, (run.leased_until, run.holder or "holder", run.id))
+            elif run.state is AgentRunState.ENDED:
+                reason = run.end_reason.value if run.end_reason else "completed"
+                cursor.execute(END, (reason, run.ended_at or run.due_at, run.id))
