@@ -284,3 +284,17 @@ def test_a_reaper_process_takes_back_an_abandoned_lease(postgres_url: str, tmp_p
     assert reaper.returncode == 0, log.read_text()
     assert get(postgres_url, run.id).attempt == 1
     assert '"msg": "lease taken back"' in log.read_text()
+
+
+def test_without_a_url_the_cli_starts_an_embedded_postgresql_and_says_where(
+    tmp_path: Path,
+) -> None:
+    data = tmp_path / "pgdata"
+    runner = CliRunner()
+    env: dict[str, str | None] = {"AGENTRUNS_DATABASE_URL": None}
+    upgraded = runner.invoke(app, ["db", "upgrade", "--data-dir", str(data)], env=env)
+    assert upgraded.exit_code == 0, upgraded.output
+    assert f"using the embedded PostgreSQL in {data}" in upgraded.stderr
+    current = runner.invoke(app, ["db", "current", "--data-dir", str(data)], env=env)
+    assert current.exit_code == 0, current.output
+    assert "(newest)" in current.stdout

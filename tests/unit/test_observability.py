@@ -5,6 +5,8 @@ from __future__ import annotations
 import io
 import json
 import logging
+import subprocess
+import sys
 from collections.abc import Iterator
 from datetime import timedelta
 
@@ -129,3 +131,17 @@ async def test_a_lost_lease_is_counted_apart_from_a_failure() -> None:
     for reason in TerminationReason:
         assert _value(registry, "agentruns_ends_total", kind="chat", reason=str(reason)) == 0
     assert (await test.runs.get(run.id)).epoch == 1
+
+
+def test_the_memory_profile_imports_no_driver_and_no_metrics_client() -> None:
+    """A host testing in memory (maybe installed without extras) imports neither."""
+    probe = (
+        "import sys, agentruns.testing, agentruns.app.container as c;"
+        "c.AgentRunsContainer().runs();"
+        "print(sorted(m for m in ('psycopg', 'sqlalchemy', 'prometheus_client', 'typer')"
+        " if m in sys.modules))"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert found == "[]"

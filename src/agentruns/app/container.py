@@ -19,15 +19,6 @@ from dependency_injector import containers, providers
 from agentruns.adapters.clock import SystemClock
 from agentruns.adapters.embedded import EmbeddedPostgres
 from agentruns.adapters.memory import make_memory_stores, memory_run_stats
-from agentruns.adapters.postgres import (
-    PostgresDatabase,
-    close_postgres_stores,
-    make_postgres_stores,
-)
-from agentruns.adapters.postgres import admin as postgres_admin
-from agentruns.adapters.postgres.stats import PostgresRunStats
-from agentruns.adapters.prometheus import PrometheusMetrics
-from agentruns.adapters.prometheus import serve as serve_prometheus
 from agentruns.app.kinds import RunKinds
 from agentruns.app.metrics import Metrics, NoMetrics
 from agentruns.app.ports import Stores
@@ -38,12 +29,34 @@ from agentruns.app.stats import RunStats
 from agentruns.app.worker import Worker
 from agentruns.domain.errors import StoreUnavailable
 
+# The PostgreSQL and Prometheus adapters are imported when first used, so a host on the memory
+# profile imports no driver, and one installed without the `cli` extra imports no
+# prometheus-client.
+
+
+def postgres_stores(url: str | None) -> Stores:
+    """The PostgreSQL stores at ``url`` (every time decided on the database clock)."""
+    from agentruns.adapters.postgres import make_postgres_stores
+
+    if not url:
+        raise StoreUnavailable("the postgres profile needs AGENTRUNS_DATABASE_URL")
+    return make_postgres_stores(url)
+
 
 def postgres_run_stats(stores: Stores) -> RunStats:
     """The read model over a family of PostgreSQL stores."""
+    from agentruns.adapters.postgres import PostgresDatabase
+    from agentruns.adapters.postgres.stats import PostgresRunStats
+
     if not isinstance(stores.scope, PostgresDatabase):
         raise TypeError("PostgreSQL run stats need PostgreSQL stores")
     return PostgresRunStats(stores.scope)
+
+
+def prometheus_metrics() -> Metrics:
+    from agentruns.adapters.prometheus import PrometheusMetrics
+
+    return PrometheusMetrics()
 
 
 def default_holder() -> str:
@@ -61,7 +74,7 @@ class AgentRunsContainer(containers.DeclarativeContainer):
     stores = providers.Selector(
         profile,
         memory=providers.Singleton(make_memory_stores, clock=clock),
-        postgres=providers.Singleton(make_postgres_stores, url=settings.provided.database_url),
+        postgres=providers.Singleton(postgres_stores, url=settings.provided.database_url),
     )
     run_stats = providers.Selector(
         profile,
@@ -74,7 +87,7 @@ class AgentRunsContainer(containers.DeclarativeContainer):
     metrics = providers.Selector(
         metrics_backend,
         none=providers.Singleton(NoMetrics),
-        prometheus=providers.Singleton(PrometheusMetrics),
+        prometheus=providers.Singleton(prometheus_metrics),
     )
 
     runs = providers.Singleton(
@@ -134,12 +147,16 @@ def use_postgres(container: AgentRunsContainer, url: str) -> None:
 
 def upgrade_database(url: str) -> str:
     """Migrate the schema at ``url`` to the newest revision; that revision."""
-    return postgres_admin.upgrade(url)
+    from agentruns.adapters.postgres import admin
+
+    return admin.upgrade(url)
 
 
 def database_revision(url: str) -> tuple[str | None, str]:
     """The schema's current revision at ``url`` (``None``: never migrated) and the newest."""
-    return postgres_admin.schema_revision(url)
+    from agentruns.adapters.postgres import admin
+
+    return admin.schema_revision(url)
 
 
 def check_database(url: str) -> None:
@@ -157,16 +174,24 @@ def check_database(url: str) -> None:
 
 def fresh_database(url: str, name: str) -> str:
     """Drop and create database ``name`` on the server at ``url``; the new database's URL."""
-    return postgres_admin.recreate_database(url, name)
+    from agentruns.adapters.postgres import admin
+
+    return admin.recreate_database(url, name)
 
 
 async def close(container: AgentRunsContainer) -> None:
     """Release what the container's stores hold (a PostgreSQL pool and listener)."""
+    if container.profile() != "postgres":
+        return
+    from agentruns.adapters.postgres import close_postgres_stores
+
     await close_postgres_stores(container.stores())
 
 
 def serve_metrics(metrics: Metrics, port: int) -> None:
     """Expose ``metrics`` (the Prometheus backend) on ``port`` at ``/metrics``."""
+    from agentruns.adapters.prometheus import PrometheusMetrics, serve
+
     if not isinstance(metrics, PrometheusMetrics):
         raise TypeError("only the Prometheus metrics backend can be served")
-    serve_prometheus(metrics, port)
+    serve(metrics, port)
