@@ -144,6 +144,9 @@ class Worker:
         """Claim and drive runs until ``stop`` is set; then stop claiming, give running steps
         ``grace`` seconds to finish, and leave the rest to lease expiry and the reaper."""
         running = self._running
+        # Listen before the first claim: a run queued between that claim and the first wait
+        # would otherwise wake nobody until the poll interval.
+        await self._notifier.listen()
         while not stop.is_set():
             free = self._concurrency - len(running)
             claimed: list[AgentRun] = []

@@ -30,9 +30,16 @@ class PostgresNotifier(Notifier):
             connection: psycopg.AsyncConnection[object] = await psycopg.AsyncConnection.connect(
                 self._url, autocommit=True
             )
-            await connection.execute(f"LISTEN {CHANNEL}")
         except (psycopg.Error, OSError):
             return None
+        try:
+            await connection.execute(f"LISTEN {CHANNEL}")
+        except BaseException as exc:
+            # A waiter cancelled here (a worker stopping) must not leak the open connection.
+            await connection.close()
+            if isinstance(exc, psycopg.Error | OSError):
+                return None
+            raise
         self._connection = connection
         return connection
 
