@@ -212,10 +212,15 @@ def reaper(
 async def _reap(built: AgentRunsContainer, every: float) -> None:
     stop = asyncio.Event()
     _stop_on_signals(stop)
+    sampler = asyncio.create_task(
+        sample_queue_depth(built.run_stats(), built.stores().scope, built.metrics(), stop, 5.0)
+    )
     log.info("reaper started", extra={"every": every})
     try:
         await built.reaper().run(stop, every=every)
     finally:
+        stop.set()
+        await sampler
         log.info("reaper stopped")
         await composition.close(built)
 
