@@ -34,13 +34,13 @@ from agentruns.domain.errors import StoreUnavailable
 # prometheus-client.
 
 
-def postgres_stores(url: str | None) -> Stores:
-    """The PostgreSQL stores at ``url`` (every time decided on the database clock)."""
+def postgres_stores(url: str | None, pool_size: int) -> Stores:
+    """The PostgreSQL stores at ``url``: every time decision on the database clock."""
     from agentruns.adapters.postgres import make_postgres_stores
 
     if not url:
         raise StoreUnavailable("the postgres profile needs AGENTRUNS_DATABASE_URL")
-    return make_postgres_stores(url)
+    return make_postgres_stores(url, None, pool_size=pool_size)
 
 
 def postgres_run_stats(stores: Stores) -> RunStats:
@@ -74,7 +74,14 @@ class AgentRunsContainer(containers.DeclarativeContainer):
     stores = providers.Selector(
         profile,
         memory=providers.Singleton(make_memory_stores, clock=clock),
-        postgres=providers.Singleton(postgres_stores, url=settings.provided.database_url),
+        # The pool is sized for the worker's slots plus the reaper and a claimer.
+        postgres=providers.Singleton(
+            postgres_stores,
+            url=settings.provided.database_url,
+            pool_size=providers.Callable(
+                lambda settings: settings.worker_concurrency + 2, settings
+            ),
+        ),
     )
     run_stats = providers.Selector(
         profile,

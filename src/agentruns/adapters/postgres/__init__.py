@@ -15,9 +15,13 @@ from agentruns.adapters.postgres.workspaces import PostgresWorkspaceStore
 from agentruns.app.ports import Clock, Stores
 
 
-def make_postgres_stores(url: str, clock: Clock | None = None, *, pool_size: int = 5) -> Stores:
+def make_postgres_stores(
+    url: str | None, clock: Clock | None = None, *, pool_size: int = 5
+) -> Stores:
     """The PostgreSQL stores over one engine. Opens no connection until first used;
     ``close_postgres_stores`` disposes of the pool and the listening connection."""
+    if not url:
+        raise ValueError("the postgres profile needs a database URL (AGENTRUNS_DATABASE_URL)")
     database = PostgresDatabase(url, clock, pool_size=pool_size)
     runs = PostgresRunStore(database)
     return Stores(

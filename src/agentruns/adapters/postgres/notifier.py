@@ -1,8 +1,11 @@
 """Wake-up by LISTEN on channel ``agent_run``, on a connection of its own, with a poll fallback.
 
 The listening connection runs nothing else: a listener that shares its connection with queries
-stalls them while it waits. If the connection cannot be opened or breaks, :meth:`wait` sleeps
-out its time instead (the caller claims after either), and reconnects on the next wait.
+stalls them while it waits. Once it listens, a NOTIFY sent while nobody waits is queued on the
+connection and wakes the next wait. Before that (the first wait, or after the connection broke)
+a run may have been queued unheard, so the wait that opens the connection answers "woken" at
+once and the caller claims. If the connection cannot be opened, :meth:`wait` sleeps out its time
+instead (the poll fallback) and tries again on the next wait.
 """
 
 from __future__ import annotations
@@ -24,34 +27,35 @@ class PostgresNotifier(Notifier):
         self._lock = asyncio.Lock()
 
     async def _listening(self) -> psycopg.AsyncConnection[object] | None:
-        if self._connection is not None and not self._connection.closed:
-            return self._connection
+        """Open a connection that LISTENs on the channel; None when the server is unreachable."""
+        connection: psycopg.AsyncConnection[object] | None = None
         try:
-            connection: psycopg.AsyncConnection[object] = await psycopg.AsyncConnection.connect(
-                self._url, autocommit=True
-            )
-        except (psycopg.Error, OSError):
-            return None
-        try:
+            connection = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
             await connection.execute(f"LISTEN {CHANNEL}")
-        except BaseException as exc:
-            # A waiter cancelled here (a worker stopping) must not leak the open connection.
-            await connection.close()
-            if isinstance(exc, psycopg.Error | OSError):
-                return None
-            raise
+        except (psycopg.Error, OSError):
+            if connection is not None:
+                await connection.close()
+            return None
         self._connection = connection
         return connection
 
+    def _open(self) -> psycopg.AsyncConnection[object] | None:
+        if self._connection is not None and not self._connection.closed:
+            return self._connection
+        return None
+
     async def listen(self) -> bool:
-        """Open the listening connection now (so no NOTIFY after this call is missed)."""
+        """Start listening now (so no NOTIFY after this call is missed); False if unreachable."""
         async with self._lock:
-            return await self._listening() is not None
+            return self._open() is not None or await asyncio.shield(self._listening()) is not None
 
     async def wait(self, seconds: float) -> bool:
         async with self._lock:
-            connection = await self._listening()
+            connection = self._open()
             if connection is None:
+                # Shielded: a caller that gives up waiting must not cut a connect in half.
+                if await asyncio.shield(self._listening()) is not None:
+                    return True  # a run may have been queued before we listened: claim now
                 await asyncio.sleep(seconds)
                 return False
             try:
