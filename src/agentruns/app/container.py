@@ -38,8 +38,6 @@ def postgres_stores(url: str | None, pool_size: int) -> Stores:
     """The PostgreSQL stores at ``url``: every time decision on the database clock."""
     from agentruns.adapters.postgres import make_postgres_stores
 
-    if not url:
-        raise StoreUnavailable("the postgres profile needs AGENTRUNS_DATABASE_URL")
     return make_postgres_stores(url, None, pool_size=pool_size)
 
 
