@@ -76,7 +76,11 @@ def _root(
     log_format: Annotated[str, typer.Option(help="Log lines as json or kv.")] = "kv",
     log_level: Annotated[str, typer.Option(help="Log level.")] = "info",
 ) -> None:
+    if log_format not in ("json", "kv"):
+        raise typer.BadParameter("choose json or kv", param_hint="--log-format")
     chosen: LogFormat = "json" if log_format == "json" else "kv"
+    if log_level.upper() not in logging.getLevelNamesMapping():
+        raise typer.BadParameter("choose debug, info, warning or error", param_hint="--log-level")
     configure_logging(level=log_level.upper(), format=chosen)
 
 

@@ -71,6 +71,12 @@ def summary_view(report: DemoReport) -> RenderableType:
         "leases taken back by the reaper",
         f"{report.taken_back} ({report.taken_back_requeued} queued again)",
     )
+    waits = [o.claimed_again_after for o in report.orphans if o.claimed_again_after is not None]
+    if waits:
+        totals.add_row(
+            "the killed worker's runs waited (SIGKILL to next claim)",
+            f"{min(waits):.1f}s to {max(waits):.1f}s (lease {report.lease.total_seconds():g}s)",
+        )
     totals.add_row("queued runs ended past their deadline", str(report.overdue_ended))
     waiting = final.total(AgentRunState.QUEUED)
     totals.add_row(
