@@ -12,7 +12,8 @@ import pytest
 from typer.testing import CliRunner
 
 from agentruns.app.cli import app
-from agentruns.app.demo.runner import DemoConfig, DemoReport, _checks
+from agentruns.app.demo.report import DemoReport, check_invariants
+from agentruns.app.demo.runner import DemoConfig
 from agentruns.app.demo.session import demo_in_memory, demo_on_postgres
 from agentruns.app.demo.workload import HELD, INACTIVE, build_workload
 from agentruns.app.stats import RunStatus
@@ -98,7 +99,7 @@ def test_a_broken_invariant_fails_the_check() -> None:
         settled=True,
         lease=timedelta(seconds=2),
     )
-    assert all(check.passed for check in _checks(healthy, unsettled=0))
+    assert all(check.passed for check in check_invariants(healthy, unsettled=0))
     for broken, unsettled in (
         (replace(healthy, zombie_accepted=1), 0),
         (replace(healthy, doubly_leased={"acme/review-1"}), 0),
@@ -106,5 +107,5 @@ def test_a_broken_invariant_fails_the_check() -> None:
         (replace(healthy, enqueued=1), 0),
         (replace(healthy, settled=False), 0),
     ):
-        broken.checks = _checks(broken, unsettled=unsettled)
+        broken.checks = check_invariants(broken, unsettled=unsettled)
         assert not broken.ok

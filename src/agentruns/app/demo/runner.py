@@ -11,16 +11,17 @@ import asyncio
 import time
 from collections import Counter
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import timedelta
 
 from agentruns.app.demo.fleet import Fleet
+from agentruns.app.demo.report import DemoReport, Orphan, check_invariants
 from agentruns.app.demo.workload import Workload
 from agentruns.app.ports import BudgetHold, TransactionScope
 from agentruns.app.reaper import AgentRunReaper
 from agentruns.app.runs import AgentRuns
 from agentruns.app.stats import RunStats, RunStatus
-from agentruns.domain.errors import AgentRunsError, LeaseLost
+from agentruns.domain.errors import AgentRunsError
 from agentruns.domain.run import AgentRunFence
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
@@ -43,53 +44,6 @@ class DemoConfig:
     sample_every: float = 0.2
     reap_every: float = 0.25
     grace: float = 15.0
-
-
-@dataclass
-class Orphan:
-    """A run the killed worker held, and what became of it."""
-
-    fence: AgentRunFence
-    kind: str
-    taken_back_after: float | None = None
-    claimed_again_after: float | None = None
-    zombie_writes_tried: bool = False
-
-
-@dataclass
-class Check:
-    name: str
-    passed: bool
-    detail: str
-
-
-@dataclass
-class DemoReport:
-    enqueued: int
-    offered: int
-    final: RunStatus
-    outcomes: Counter[str]
-    taken_back: int
-    taken_back_requeued: int
-    overdue_ended: int
-    killed: str | None
-    orphans: list[Orphan]
-    zombie_refused: int
-    zombie_accepted: int
-    samples: int
-    doubly_leased: set[str]
-    leased_share: dict[str, float]
-    contended_share: dict[str, float]
-    run_share: dict[str, float]
-    elapsed: float
-    settled: bool
-    lease: timedelta
-    faults: dict[str, int] = field(default_factory=dict)
-    checks: list[Check] = field(default_factory=list)
-
-    @property
-    def ok(self) -> bool:
-        return all(check.passed for check in self.checks)
 
 
 Progress = Callable[[RunStatus, dict[str, object]], None]
@@ -207,7 +161,7 @@ class DemoConductor:
             lease=self._lease,
             faults=workload.faults(),
         )
-        report.checks = _checks(report, unsettled)
+        report.checks = check_invariants(report, unsettled)
         return report
 
     async def _enqueue(self, workload: Workload) -> None:
@@ -290,7 +244,7 @@ class DemoConductor:
         for attempt in attempts:
             try:
                 await attempt()
-            except (LeaseLost, AgentRunsError):
+            except AgentRunsError:  # LeaseLost, or a refused transition: nothing written
                 self._zombie_refused += 1
             else:
                 self._zombie_accepted += 1
@@ -329,39 +283,3 @@ def _all_backlogged(status: RunStatus) -> bool:
 def _shares(counts: Counter[str]) -> dict[str, float]:
     total = sum(counts.values())
     return {key: (value / total if total else 0.0) for key, value in sorted(counts.items())}
-
-
-def _checks(report: DemoReport, unsettled: int) -> list[Check]:
-    final = report.final
-    leased = final.total(AgentRunState.LEASED)
-    tried = len(report.orphans) * 3
-    lost_live = report.outcomes.get("lease_lost", 0)
-    return [
-        Check(
-            "no subject ever had two leased runs",
-            not report.doubly_leased,
-            f"{report.samples} samples"
-            + (f"; seen: {sorted(report.doubly_leased)}" if report.doubly_leased else ""),
-        ),
-        Check(
-            "every run ended with a reason or is queued with a due time",
-            unsettled == 0 and leased == 0,
-            f"{unsettled} unsettled, {leased} still leased",
-        ),
-        Check(
-            "no write under a stale epoch was accepted",
-            report.zombie_accepted == 0,
-            f"{report.zombie_refused} of {tried} deliberate zombie writes refused, "
-            f"{report.zombie_accepted} accepted; {lost_live} live holders stopped on a lost lease",
-        ),
-        Check(
-            "no run was lost",
-            sum(count.count for count in final.counts) == report.enqueued,
-            f"{sum(count.count for count in final.counts)} of {report.enqueued} runs in the store",
-        ),
-        Check(
-            "the workload settled in time",
-            report.settled,
-            f"{report.elapsed:.1f}s",
-        ),
-    ]

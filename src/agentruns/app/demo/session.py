@@ -11,7 +11,8 @@ from agentruns.app import container as composition
 from agentruns.app.container import AgentRunsContainer
 from agentruns.app.demo.fleet import Fleet, ProcessFleet, TaskFleet
 from agentruns.app.demo.kinds import LEASE, demo_kinds
-from agentruns.app.demo.runner import DemoConductor, DemoConfig, DemoReport, Progress
+from agentruns.app.demo.report import DemoReport
+from agentruns.app.demo.runner import DemoConductor, DemoConfig, Progress
 from agentruns.app.demo.workload import build_workload
 from agentruns.app.settings import AgentRunsSettings
 

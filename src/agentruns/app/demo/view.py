@@ -9,7 +9,7 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from agentruns.app.demo.runner import DemoReport
+from agentruns.app.demo.report import DemoReport
 from agentruns.app.stats import RunStatus
 from agentruns.domain.bands import Band
 from agentruns.domain.states import AgentRunState
