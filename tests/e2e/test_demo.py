@@ -54,6 +54,8 @@ def test_the_demo_on_postgres_with_worker_processes_keeps_every_invariant(
     _assert_held(report)
     assert url.endswith("/agentruns_demo") or "agentruns_demo" in url
     assert sorted(path.name for path in tmp_path.glob("*.log")) == [
+        "demo-reaper-1.log",
+        "demo-reaper-2.log",
         "demo-worker-1.log",
         "demo-worker-2.log",
     ]

@@ -1,9 +1,10 @@
-"""The demo's workers: real worker processes on PostgreSQL, or worker tasks in memory.
+"""The demo's workers and reapers: real processes on PostgreSQL, or tasks in memory.
 
-A process fleet runs ``agentruns worker`` in subprocesses, each writing JSON log lines to its
-own file, and reads the outcomes back from those lines; killing one is a SIGKILL. A task fleet
-(the in-memory demo, where processes cannot share the store) runs workers as asyncio tasks, and
-killing one drops its runs in flight without settling them, as a crash would.
+A process fleet runs ``agentruns worker`` and ``agentruns reaper`` (two of them: reapers need
+no leader) in subprocesses, each writing JSON log lines to its own file, and reads what they did
+back from those lines; killing a worker is a SIGKILL. A task fleet (the in-memory demo, where
+processes cannot share the store) runs workers and a reaper as asyncio tasks, and killing a
+worker drops its runs in flight without settling them, as a crash would.
 """
 
 from __future__ import annotations
@@ -16,13 +17,17 @@ import signal
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Protocol
 
+from agentruns.app.reaper import AgentRunReaper
 from agentruns.app.worker import Worker
 
 KINDS_REF = "agentruns.app.demo.kinds:KINDS"
+# What the reaper logs when it takes a lease back or ends an overdue queued run.
+LEASE_TAKEN_BACK = "lease taken back"
+OVERDUE_ENDED = "queued run past its deadline ended"
 
 
 class Fleet(Protocol):
@@ -43,7 +48,11 @@ class Fleet(Protocol):
         ...
 
     def crashed(self) -> list[str]:
-        """Workers that stopped on their own (not killed, not stopped)."""
+        """Workers and reapers that stopped on their own (not killed, not stopped)."""
+        ...
+
+    def reaped(self) -> Counter[str]:
+        """What the reapers did so far: ``taken_back``, ``requeued``, ``overdue_ended``."""
         ...
 
 
@@ -55,8 +64,12 @@ class ProcessFleet(Fleet):
         concurrency: int,
         env: Mapping[str, str],
         log_dir: Path,
+        reapers: int = 2,
+        reap_every: float = 0.25,
     ) -> None:
         self.holders = [f"demo-worker-{number}" for number in range(1, workers + 1)]
+        self.reapers = [f"demo-reaper-{number}" for number in range(1, reapers + 1)]
+        self._reap_every = reap_every
         self._concurrency = concurrency
         self._env = {**os.environ, **env}
         self._log_dir = log_dir
@@ -69,25 +82,34 @@ class ProcessFleet(Fleet):
     async def start(self) -> None:
         self._log_dir.mkdir(parents=True, exist_ok=True)
         for holder in self.holders:
-            with self.log_path(holder).open("w") as log:
-                self._processes[holder] = await asyncio.create_subprocess_exec(
-                    sys.executable,
-                    "-m",
-                    "agentruns.app.cli",
-                    "--log-format",
-                    "json",
-                    "worker",
-                    "--kinds",
-                    KINDS_REF,
-                    "--concurrency",
-                    str(self._concurrency),
-                    "--holder",
-                    holder,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=log,
-                    env=self._env,
-                )
+            await self._spawn(
+                holder,
+                "worker",
+                "--concurrency",
+                str(self._concurrency),
+                "--holder",
+                holder,
+            )
+        for name in self.reapers:
+            await self._spawn(name, "reaper", "--every", str(self._reap_every))
+
+    async def _spawn(self, name: str, command: str, *args: str) -> None:
+        with self.log_path(name).open("w") as log:
+            self._processes[name] = await asyncio.create_subprocess_exec(
+                sys.executable,
+                "-m",
+                "agentruns.app.cli",
+                "--log-format",
+                "json",
+                command,
+                "--kinds",
+                KINDS_REF,
+                *args,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                env=self._env,
+            )
 
     def crashed(self) -> list[str]:
         return [
@@ -116,17 +138,30 @@ class ProcessFleet(Fleet):
                 process.kill()
                 await process.wait()
 
-    def outcomes(self) -> Counter[str]:
-        found: Counter[str] = Counter()
-        for holder in self.holders:
-            path = self.log_path(holder)
+    def _records(self, names: list[str]) -> Iterator[dict[str, object]]:
+        for name in names:
+            path = self.log_path(name)
             if not path.exists():
                 continue
             for line in path.read_text().splitlines():
                 with contextlib.suppress(ValueError):
                     record = json.loads(line)
-                    if isinstance(record, dict) and "outcome" in record:
-                        found[str(record["outcome"])] += 1
+                    if isinstance(record, dict):
+                        yield record
+
+    def outcomes(self) -> Counter[str]:
+        return Counter(
+            str(record["outcome"]) for record in self._records(self.holders) if "outcome" in record
+        )
+
+    def reaped(self) -> Counter[str]:
+        found: Counter[str] = Counter()
+        for record in self._records(self.reapers):
+            if record.get("msg") == LEASE_TAKEN_BACK:
+                found["taken_back"] += 1
+                found["requeued"] += record.get("to") == "queued"
+            elif record.get("msg") == OVERDUE_ENDED:
+                found["overdue_ended"] += 1
         return found
 
     def returncodes(self) -> dict[str, int | None]:
@@ -134,15 +169,41 @@ class ProcessFleet(Fleet):
 
 
 class TaskFleet(Fleet):
-    def __init__(self, make_worker: Callable[[str], Worker], *, workers: int) -> None:
+    def __init__(
+        self,
+        make_worker: Callable[[str], Worker],
+        reaper: AgentRunReaper,
+        *,
+        workers: int,
+        reap_every: float = 0.25,
+    ) -> None:
         self.holders = [f"demo-worker-{number}" for number in range(1, workers + 1)]
         self._workers = {holder: make_worker(holder) for holder in self.holders}
-        self._stops = {holder: asyncio.Event() for holder in self.holders}
+        self._stops = {holder: asyncio.Event() for holder in [*self.holders, "reaper"]}
         self._tasks: dict[str, asyncio.Task[None]] = {}
+        self._reaper = reaper
+        self._reap_every = reap_every
+        self._reaped: Counter[str] = Counter()
 
     async def start(self) -> None:
         for holder, worker in self._workers.items():
             self._tasks[holder] = asyncio.create_task(worker.run(self._stops[holder], grace=10))
+        self._tasks["reaper"] = asyncio.create_task(self._reap(self._stops["reaper"]))
+
+    async def _reap(self, stop: asyncio.Event) -> None:
+        while not stop.is_set():
+            report = await self._reaper.tick()
+            self._reaped["taken_back"] += report.taken_back
+            self._reaped["requeued"] += report.requeued
+            self._reaped["overdue_ended"] += report.overdue_ended
+            try:
+                async with asyncio.timeout(self._reap_every):
+                    await stop.wait()
+            except TimeoutError:
+                pass
+
+    def reaped(self) -> Counter[str]:
+        return Counter(self._reaped)
 
     def crashed(self) -> list[str]:
         return [

@@ -18,7 +18,6 @@ from agentruns.app.demo.fleet import Fleet
 from agentruns.app.demo.report import DemoReport, Orphan, check_invariants
 from agentruns.app.demo.workload import Workload
 from agentruns.app.ports import BudgetHold, TransactionScope
-from agentruns.app.reaper import AgentRunReaper
 from agentruns.app.runs import AgentRuns
 from agentruns.app.stats import RunStats, RunStatus
 from agentruns.domain.errors import AgentRunsError
@@ -56,7 +55,6 @@ class DemoConductor:
         runs: AgentRuns,
         stats: RunStats,
         scope: TransactionScope,
-        reaper: AgentRunReaper,
         fleet: Fleet,
         config: DemoConfig,
         lease: timedelta,
@@ -65,12 +63,10 @@ class DemoConductor:
         self._runs = runs
         self._stats = stats
         self._scope = scope
-        self._reaper = reaper
         self._fleet = fleet
         self._config = config
         self._lease = lease
         self._progress = progress or (lambda status, extra: None)
-        self._taken_back = self._taken_back_requeued = self._overdue_ended = 0
         self._zombie_refused = self._zombie_accepted = 0
 
     async def run(self, workload: Workload) -> DemoReport:
@@ -78,8 +74,6 @@ class DemoConductor:
         offered = sum(
             1 for run in workload.runs if run.workspace not in (workload.inactive, workload.held)
         )
-        stop_reaper = asyncio.Event()
-        reaper = asyncio.create_task(self._reap(stop_reaper))
         started = time.monotonic()
         await self._fleet.start()
         killed: str | None = None
@@ -115,7 +109,7 @@ class DemoConductor:
                         "elapsed": elapsed,
                         "offered": offered,
                         "killed": killed,
-                        "taken_back": self._taken_back,
+                        "taken_back": self._fleet.reaped()["taken_back"],
                         "zombie_refused": self._zombie_refused,
                         "outcomes": self._fleet.outcomes(),
                     },
@@ -132,21 +126,20 @@ class DemoConductor:
                 await asyncio.sleep(self._config.sample_every)
         finally:
             await self._fleet.stop(self._config.grace)
-            stop_reaper.set()
-            await reaper
         elapsed = time.monotonic() - started
         async with self._scope.transaction() as tx:
             final = await self._stats.status(tx)
             doubly.update(await self._stats.doubly_leased_subjects(tx))
             unsettled = await self._stats.unsettled(tx)
+        reaped = self._fleet.reaped()
         report = DemoReport(
             enqueued=len(workload.runs),
             offered=offered,
             final=final,
             outcomes=self._fleet.outcomes(),
-            taken_back=self._taken_back,
-            taken_back_requeued=self._taken_back_requeued,
-            overdue_ended=self._overdue_ended,
+            taken_back=reaped["taken_back"],
+            taken_back_requeued=reaped["requeued"],
+            overdue_ended=reaped["overdue_ended"],
             killed=killed,
             orphans=orphans,
             zombie_refused=self._zombie_refused,
@@ -185,18 +178,6 @@ class DemoConductor:
                         deadline_at=deadline,
                         tx=tx,
                     )
-
-    async def _reap(self, stop: asyncio.Event) -> None:
-        while not stop.is_set():
-            report = await self._reaper.tick()
-            self._taken_back += report.taken_back
-            self._taken_back_requeued += report.requeued
-            self._overdue_ended += report.overdue_ended
-            try:
-                async with asyncio.timeout(self._config.reap_every):
-                    await stop.wait()
-            except TimeoutError:
-                pass
 
     async def _kill_busiest(self) -> tuple[str | None, list[Orphan]]:
         """SIGKILL the worker holding the most leases; its leased runs become orphans."""

@@ -30,7 +30,6 @@ async def _conduct(
         runs=built.runs(),
         stats=built.run_stats(),
         scope=built.stores().scope,
-        reaper=built.reaper(),
         fleet=fleet,
         config=config,
         lease=LEASE,
@@ -51,7 +50,9 @@ async def demo_in_memory(config: DemoConfig, progress: Progress | None = None) -
         lambda holder: built.worker(
             holder=holder, concurrency=config.concurrency, poll_interval=0.2
         ),
+        built.reaper(),
         workers=config.workers,
+        reap_every=config.reap_every,
     )
     return await _conduct(built, fleet, config, progress)
 
@@ -77,5 +78,6 @@ def demo_on_postgres(
             "AGENTRUNS_SHUTDOWN_GRACE": str(config.grace),
         },
         log_dir=log_dir,
+        reap_every=config.reap_every,
     )
     return asyncio.run(_conduct(built, fleet, config, progress)), url

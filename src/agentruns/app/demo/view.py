@@ -68,7 +68,7 @@ def summary_view(report: DemoReport) -> RenderableType:
             totals.add_row(f"dead-lettered: {reason}", str(count))
     totals.add_row("leases lost by live holders", str(report.outcomes.get("lease_lost", 0)))
     totals.add_row(
-        "leases taken back by the reaper",
+        "leases taken back by the reapers",
         f"{report.taken_back} ({report.taken_back_requeued} queued again)",
     )
     waits = [o.claimed_again_after for o in report.orphans if o.claimed_again_after is not None]
