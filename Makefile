@@ -2,6 +2,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
+LINTED := src tests $(wildcard bench migrations)
 
 .PHONY: demo test lint typecheck imports unit install clean
 
@@ -18,8 +19,8 @@ demo: install
 	$(BIN)/agentruns demo $(DEMO_ARGS)
 
 lint: install
-	$(BIN)/ruff check src tests bench migrations
-	$(BIN)/ruff format --check src tests bench migrations
+	$(BIN)/ruff check $(LINTED)
+	$(BIN)/ruff format --check $(LINTED)
 
 typecheck: install
 	$(BIN)/mypy --strict src
