@@ -226,9 +226,12 @@ ranked AS (
                AS load
     FROM candidates
 ),
+top AS MATERIALIZED (
+    SELECT * FROM ranked ORDER BY eb, load, due_at, seq LIMIT :pool
+),
 picked AS (
     SELECT r.id, k.eb AS claim_band, k.load AS claim_load
-    FROM ranked k
+    FROM top k
     JOIN agent_subject s ON s.subject = k.subject
     JOIN agent_run r ON r.id = s.head_run
     WHERE s.head_run = k.head_run AND r.state = 'queued'
