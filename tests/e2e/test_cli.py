@@ -6,6 +6,7 @@ Errors an operator can fix end in one line on stderr and exit status 1, never a 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import random
 import signal
@@ -142,6 +143,13 @@ def test_status_shows_runs_by_state_workspace_and_holds(postgres_url: str) -> No
     for fragment in ("acme", "overdrawn", "budget held until", "dormant", "inactive"):
         assert fragment in result.stdout
     assert "oldest due run has waited" in result.stdout
+
+    as_json = invoke(postgres_url, "status", "--json")
+    assert as_json.exit_code == 0, as_json.output
+    fields = json.loads(as_json.stdout)
+    assert sum(row["count"] for row in fields["runs"]) == 3
+    assert fields["inactive_workspaces"] == ["dormant"]
+    assert [hold["workspace"] for hold in fields["budget_holds"]] == ["overdrawn"]
 
 
 async def _hold_and_deactivate(runs: AgentRuns) -> None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import timedelta
 from typing import Annotated
 from uuid import UUID
@@ -31,7 +32,12 @@ from agentruns.domain.states import AgentRunState
 
 
 @app.command()
-def status(data_dir: DataDir = None) -> None:
+def status(
+    as_json: Annotated[
+        bool, typer.Option("--json", help="One JSON object, for scripts and monitors")
+    ] = False,
+    data_dir: DataDir = None,
+) -> None:
     """Runs by state, band, workspace and end reason; expired leases; the oldest due run's
     wait; budget holds."""
 
@@ -40,7 +46,10 @@ def status(data_dir: DataDir = None) -> None:
         with database(config, data_dir) as url:
             built = postgres_container(config, url)
             report = asyncio.run(_status(built))
-        out.print(render.status(report))
+        if as_json:
+            print(json.dumps(render.status_fields(report), indent=2))
+        else:
+            out.print(render.status(report))
 
     guarded(body)
 

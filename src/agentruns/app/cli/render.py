@@ -85,6 +85,31 @@ def status(report: RunStatus) -> RenderableType:
     return Group(by_band, by_workspace, by_reason, facts)
 
 
+def status_fields(report: RunStatus) -> dict[str, object]:
+    """The status as plain JSON values."""
+    age = report.oldest_due_age
+    return {
+        "now": report.now.isoformat(),
+        "runs": [
+            {
+                "state": str(count.state),
+                "band": count.band.name.lower(),
+                "workspace": count.workspace,
+                "end_reason": None if count.end_reason is None else str(count.end_reason),
+                "count": count.count,
+            }
+            for count in report.counts
+        ],
+        "expired_leases": report.expired_leases,
+        "oldest_due_age_seconds": None if age is None else age.total_seconds(),
+        "budget_holds": [
+            {"workspace": hold.workspace, "until": hold.until.isoformat(), "reason": hold.reason}
+            for hold in report.holds
+        ],
+        "inactive_workspaces": list(report.inactive),
+    }
+
+
 def run(shown: AgentRun, events: list[RunEvent]) -> RenderableType:
     fields = Table(title=f"Run {shown.id}", title_justify="left", show_header=False)
     fields.add_column("field")
