@@ -97,17 +97,20 @@ def worker(
     def body() -> None:
         config = settings()
         registry = _required_kinds(kinds)
+        if concurrency is not None:
+            # The settings size the connection pool for the worker's slots.
+            config = config.model_copy(update={"worker_concurrency": concurrency})
         with database(config, data_dir) as url:
             built = postgres_container(config, url, registry)
             _with_metrics(built, metrics_port)
-            asyncio.run(_work(built, holder or default_holder(), concurrency))
+            asyncio.run(_work(built, holder or default_holder()))
 
     guarded(body)
 
 
-async def _work(built: AgentRunsContainer, holder: str, concurrency: int | None) -> None:
+async def _work(built: AgentRunsContainer, holder: str) -> None:
     config = built.settings()
-    running = built.worker(holder=holder, concurrency=concurrency or config.worker_concurrency)
+    running = built.worker(holder=holder)
     stop = asyncio.Event()
     _stop_on_signals(stop)
     sampler = asyncio.create_task(
