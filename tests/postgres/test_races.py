@@ -257,3 +257,20 @@ async def _take_back(side: Side, run: AgentRun) -> AgentRun | None:
         return await side.runs.take_back(
             tx, TakeBack(run.id, run.epoch, retry_budget=3, delay=timedelta(0))
         )
+
+
+async def test_a_claimer_whose_candidates_another_holds_looks_further_down_the_order(
+    side: SideMaker,
+) -> None:
+    clock = ManualClock(START)
+    first, second = side(clock), side(clock)
+    for index in range(40):
+        await enqueue(first, f"s-{index}")
+    async with first.db.transaction() as holding:
+        taken = await first.runs.claim(holding, ClaimRequest(holder="first", limit=20))
+        # The first claimer holds the first 20 heads locked: every candidate of a plain pool.
+        async with second.db.transaction() as tx:
+            more = await second.runs.claim(tx, ClaimRequest(holder="second", limit=5))
+    assert len(taken) == 20
+    assert len(more) == 5
+    assert not {run.id for run in taken} & {run.id for run in more}
