@@ -166,6 +166,7 @@ class AgentRunsContainer(containers.DeclarativeContainer):
         batch=settings.provided.reap_batch,
     )
 
+
 # Database administration for the command line: the CLI is app code and names no adapter, so
 # the composition root hands it these.
 
