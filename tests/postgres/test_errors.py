@@ -98,3 +98,34 @@ async def test_a_review_job_that_disagrees_is_refused_at_commit(postgres_url: st
             assert await cursor.fetchone() == (0,)
     finally:
         await close_postgres_stores(stores)
+
+
+async def test_a_deadlock_is_a_transaction_conflict(postgres_url: str) -> None:
+    """Two transactions that lock two runs in opposite orders: the one PostgreSQL aborts raises
+    TransactionConflict, which callers may retry."""
+    import asyncio
+
+    from agentruns.domain.errors import TransactionConflict
+
+    stores = make_postgres_stores(postgres_url)
+    first, second = _new_run("a"), _new_run("b")
+    try:
+        async with stores.scope.transaction() as tx:
+            await stores.runs.insert(tx, first)
+            await stores.runs.insert(tx, second)
+        both_hold_one = asyncio.Barrier(2)
+
+        async def lock_in_order(one: NewRun, other: NewRun) -> None:
+            async with stores.scope.transaction() as tx:
+                await stores.runs.lock(tx, one.id)
+                await both_hold_one.wait()
+                await stores.runs.lock(tx, other.id)
+
+        results = await asyncio.gather(
+            lock_in_order(first, second), lock_in_order(second, first), return_exceptions=True
+        )
+        conflicts = [r for r in results if isinstance(r, TransactionConflict)]
+        assert len(conflicts) == 1
+        assert [r for r in results if r is not None and r not in conflicts] == []
+    finally:
+        await close_postgres_stores(stores)

@@ -21,7 +21,12 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from agentruns.app.ports import Clock, Transaction, TransactionScope
-from agentruns.domain.errors import AgentRunsError, IllegalTransition, StoreUnavailable
+from agentruns.domain.errors import (
+    AgentRunsError,
+    IllegalTransition,
+    StoreUnavailable,
+    TransactionConflict,
+)
 
 # Constraints and triggers whose refusal means "the state table or a run's identity says no".
 _REFUSALS = {
@@ -61,6 +66,8 @@ def translate(exc: BaseException) -> AgentRunsError:
             return IllegalTransition(
                 "the database", "refused", f"{why}: {orig.diag.message_primary}"
             )
+    if isinstance(orig, (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)):
+        return TransactionConflict(f"PostgreSQL aborted a conflicting transaction: {orig}")
     return StoreUnavailable(f"PostgreSQL failed: {orig}")
 
 
