@@ -1,10 +1,10 @@
-# Two commands for a fresh clone: `make test` (and, once it lands, `make demo`).
+# Two commands for a fresh clone: `make demo` and `make test`.
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
 LINTED := src tests $(wildcard bench migrations)
 
-.PHONY: test lint typecheck imports unit install clean bench depth faults
+.PHONY: demo test lint typecheck imports unit install clean bench depth faults
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -13,6 +13,10 @@ $(BIN)/.installed: pyproject.toml
 	touch $@
 
 install: $(BIN)/.installed
+
+# The demo on an embedded PostgreSQL (no server needed); DEMO_ARGS=--memory for the memory adapters.
+demo: install
+	$(BIN)/agentruns demo $(DEMO_ARGS)
 
 lint: install
 	$(BIN)/ruff check $(LINTED)

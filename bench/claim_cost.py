@@ -1,6 +1,6 @@
 """What one claim costs as the queue grows: EXPLAIN ANALYZE of the claim statement.
 
-    .venv/bin/python -m bench.claim_cost [1000 100000 1000000]
+    .venv/bin/python -m bench.claim_cost [--workspaces 1000] [1000 100000 1000000]
 
 Each size gets a fresh database on the embedded server (or AGENTRUNS_TEST_DATABASE_URL's
 server): that many queued runs over 1,000 workspaces and up to 100,000 subjects, 500 leased runs
@@ -54,7 +54,7 @@ def measure(url: str, queued: int, limit: int) -> tuple[float, int, float]:
     return statistics.median(times), int(statistics.median(buffers)), min(times)
 
 
-def main(sizes: list[int]) -> None:
+def main(sizes: list[int], workspaces: int = 1_000) -> None:
     with server_url() as server:
         create_template(server)
         for queued in sizes:
@@ -64,7 +64,7 @@ def main(sizes: list[int]) -> None:
                     populate(
                         connection,
                         queued=queued,
-                        workspaces=1_000,
+                        workspaces=workspaces,
                         subjects=min(queued, 100_000),
                         leased=500,
                         ended=queued,
@@ -73,11 +73,16 @@ def main(sizes: list[int]) -> None:
                 for limit in (1, 10):
                     median, blocks, best = measure(url, queued, limit)
                     print(
-                        f"queued={queued:>9,} limit={limit:>2}  claim median {median:6.2f} ms"
+                        f"workspaces={workspaces:>5,} queued={queued:>9,} limit={limit:>2}"
+                        f"  claim median {median:6.2f} ms"
                         f" (best {best:5.2f})  buffers {blocks:>6}  [populated in {filled:.0f}s]",
                         flush=True,
                     )
 
 
 if __name__ == "__main__":
-    main([int(arg) for arg in sys.argv[1:]] or [1_000, 100_000, 1_000_000])
+    arguments = sys.argv[1:]
+    spread = 1_000
+    if arguments[:1] == ["--workspaces"]:
+        spread, arguments = int(arguments[1]), arguments[2:]
+    main([int(arg) for arg in arguments] or [1_000, 100_000, 1_000_000], spread)

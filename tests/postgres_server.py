@@ -11,6 +11,7 @@ from __future__ import annotations
 import contextlib
 import itertools
 import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -50,6 +51,8 @@ def server_url() -> Iterator[str]:
         yield str(server.get_uri())
     finally:
         server.cleanup()
+        shutil.rmtree(data, ignore_errors=True)
+        shutil.rmtree(runtime, ignore_errors=True)
 
 
 def create_template(url: str) -> None:

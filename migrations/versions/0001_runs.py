@@ -159,8 +159,18 @@ BEGIN
     IF TG_OP = 'INSERT' THEN
         INSERT INTO agent_workspace (id) VALUES (NEW.workspace) ON CONFLICT DO NOTHING;
     END IF;
-    INSERT INTO agent_subject (subject) VALUES (run.subject) ON CONFLICT DO NOTHING;
     PERFORM 1 FROM agent_subject WHERE subject = run.subject FOR UPDATE;
+    IF NOT FOUND THEN  -- the subject's first run
+        INSERT INTO agent_subject (subject) VALUES (run.subject) ON CONFLICT DO NOTHING;
+        PERFORM 1 FROM agent_subject WHERE subject = run.subject FOR UPDATE;
+    END IF;
+    IF TG_OP = 'UPDATE' AND NEW.state = 'leased' THEN
+        -- A claim: the subject now has a leased run, so it offers no head; nothing to look up.
+        UPDATE agent_subject SET head_run = NULL, head_workspace = NULL, head_kind = NULL,
+                head_band = NULL, head_due_at = NULL, head_seq = NULL
+            WHERE subject = run.subject AND head_run IS NOT NULL;
+        RETURN NULL;
+    END IF;
     IF NOT EXISTS (
             SELECT 1 FROM agent_run r WHERE r.subject = run.subject AND r.state = 'leased') THEN
         SELECT r.id, r.workspace, r.kind, r.band, r.due_at, r.seq INTO head

@@ -257,3 +257,42 @@ async def _take_back(side: Side, run: AgentRun) -> AgentRun | None:
         return await side.runs.take_back(
             tx, TakeBack(run.id, run.epoch, retry_budget=3, delay=timedelta(0))
         )
+
+
+async def test_a_claimer_whose_candidates_another_holds_looks_further_down_the_order(
+    side: SideMaker,
+) -> None:
+    clock = ManualClock(START)
+    first, second = side(clock), side(clock)
+    for index in range(40):
+        await enqueue(first, f"s-{index}")
+    async with first.db.transaction() as holding:
+        taken = await first.runs.claim(holding, ClaimRequest(holder="first", limit=20))
+        # The first claimer holds the first 20 heads locked: every candidate of a plain pool.
+        async with second.db.transaction() as tx:
+            more = await second.runs.claim(tx, ClaimRequest(holder="second", limit=5))
+    assert len(taken) == 20
+    assert len(more) == 5
+    assert not {run.id for run in taken} & {run.id for run in more}
+
+
+async def test_require_current_holds_the_lease_until_the_callers_transaction_ends(
+    side: SideMaker, postgres_url: str
+) -> None:
+    holder = side(ManualClock(START))
+    run = await enqueue(holder, "s")
+    leased = await claim_one(holder)
+    holder.clock.advance(LEASE - timedelta(seconds=1))
+    reaper = side(ManualClock(START + LEASE + timedelta(seconds=1)))
+
+    async with holder.db.transaction() as tx:
+        await holder.runs.require_current(tx, leased.fence)
+        take_back = asyncio.create_task(_take_back(reaper, leased))
+        await some_session_waits_on_a_lock(postgres_url)  # the reaper waits on the holder
+        async with holder.db.transaction() as peek:
+            during = await holder.runs.get(peek, run.id)
+        assert during is not None
+        assert during.state is AgentRunState.LEASED
+    taken = await take_back  # once the holder's transaction ends, the expired lease goes
+    assert taken is not None
+    assert taken.state is AgentRunState.QUEUED

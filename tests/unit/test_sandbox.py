@@ -6,12 +6,21 @@ from dataclasses import replace
 from datetime import timedelta
 from uuid import UUID
 
+import pytest
+
+from agentruns.app.sandbox_reaper import sandbox_timings
+from agentruns.app.settings import AgentRunsSettings
+from agentruns.domain.errors import IllegalTransition, SandboxNotLive
 from agentruns.domain.sandbox import (
     AgentSandbox,
     SandboxState,
     SandboxTimings,
     TakeBackCause,
+    mark_deleting,
+    mark_ready,
+    mark_used,
     take_back_cause,
+    usable,
 )
 from tests.strategies import EPOCH
 
@@ -64,3 +73,56 @@ def test_a_conversation_sandbox_idles_for_fifteen_minutes() -> None:
 def test_a_deleting_sandbox_is_not_taken_back_again() -> None:
     deleting = replace(SANDBOX, state=SandboxState.DELETING)
     assert cause(deleting, timedelta(days=1)) is None
+
+
+def test_the_first_call_marks_a_sandbox_ready_once() -> None:
+    """REQUESTED -> READY records when; a later call leaves ready_at alone."""
+    ready = mark_ready(SANDBOX, EPOCH + timedelta(seconds=5))
+    assert ready.state is SandboxState.READY
+    assert ready.ready_at == EPOCH + timedelta(seconds=5)
+    assert mark_ready(ready, EPOCH + timedelta(minutes=1)) == ready
+
+
+def test_a_deleting_sandbox_is_neither_ready_nor_used_nor_usable() -> None:
+    """Once taken back, a sandbox accepts no call and its token stops."""
+    deleting = mark_deleting(SANDBOX)
+    with pytest.raises(SandboxNotLive):
+        mark_ready(deleting, EPOCH)
+    with pytest.raises(SandboxNotLive):
+        mark_used(deleting, EPOCH)
+    with pytest.raises(IllegalTransition):
+        mark_deleting(deleting)
+    assert not usable(deleting, EPOCH)
+
+
+def test_a_sandbox_is_usable_until_its_shutdown() -> None:
+    """Live and before shutdown: the token works; at shutdown it stops."""
+    assert usable(SANDBOX, EPOCH + timedelta(minutes=59))
+    assert not usable(SANDBOX, SANDBOX.shutdown_at)
+
+
+def test_a_lease_moves_the_idle_clock() -> None:
+    """mark_used sets last_used_at, from which the idle limit counts."""
+    used = mark_used(mark_ready(SANDBOX, EPOCH), EPOCH + timedelta(minutes=5))
+    assert used.last_used_at == EPOCH + timedelta(minutes=5)
+    assert (
+        take_back_cause(
+            used, EPOCH + timedelta(minutes=5, seconds=59), TIMINGS, subject_has_work=False
+        )
+        is None
+    )
+
+
+def test_the_take_back_limits_come_from_the_settings() -> None:
+    """AGENTRUNS_SANDBOX_START, _SANDBOX_IDLE and _CONVERSATION_SANDBOX_IDLE set the reaper's."""
+    settings = AgentRunsSettings(
+        sandbox_start=timedelta(minutes=3),
+        sandbox_idle=timedelta(seconds=90),
+        conversation_sandbox_idle=timedelta(minutes=20),
+    )
+    assert sandbox_timings(settings) == SandboxTimings(
+        start=timedelta(minutes=3),
+        idle=timedelta(seconds=90),
+        conversation_idle=timedelta(minutes=20),
+    )
+    assert sandbox_timings(AgentRunsSettings()) == SandboxTimings()

@@ -3,6 +3,10 @@
 Hosts build a container, register their kinds, and take ``runs``, ``worker`` and ``reaper`` from
 it; tests override providers (``container.clock.override(providers.Object(ManualClock()))``).
 The ``profile`` chooses the adapter family: ``memory`` or ``postgres``.
+
+Sandboxes need what only the host knows: it provides ``sandbox_claims`` (a
+``KubernetesSandboxClaims`` over its cluster client), ``sandbox_tokens`` (its signing keys),
+``sandbox_kinds`` and ``gateway_url``, then takes ``sandboxes`` and ``sandbox_reaper``.
 """
 
 from __future__ import annotations
@@ -10,17 +14,62 @@ from __future__ import annotations
 import random
 import socket
 import uuid
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
 
 from dependency_injector import containers, providers
 
 from agentruns.adapters.clock import SystemClock
-from agentruns.adapters.memory import make_memory_stores
-from agentruns.adapters.postgres import make_postgres_stores
+from agentruns.adapters.embedded import EmbeddedPostgres
+from agentruns.adapters.memory import make_memory_stores, memory_run_stats
+from agentruns.adapters.memory.sandboxes import memory_sandbox_store
 from agentruns.app.kinds import RunKinds
+from agentruns.app.metrics import Metrics, NoMetrics
+from agentruns.app.ports import Stores
 from agentruns.app.reaper import AgentRunReaper
 from agentruns.app.runs import AgentRuns
+from agentruns.app.sandbox_ports import SandboxClaims, SandboxStore, SandboxTokens
+from agentruns.app.sandbox_reaper import AgentSandboxReaper, sandbox_timings
+from agentruns.app.sandboxes import AgentSandboxes
 from agentruns.app.settings import AgentRunsSettings
+from agentruns.app.stats import RunStats
 from agentruns.app.worker import Worker
+from agentruns.domain.errors import StoreUnavailable
+
+# The PostgreSQL and Prometheus adapters are imported when first used, so a host on the memory
+# profile imports no driver, and one installed without the `cli` extra imports no
+# prometheus-client.
+
+
+def postgres_stores(url: str | None, pool_size: int) -> Stores:
+    """The PostgreSQL stores at ``url``: every time decision on the database clock."""
+    from agentruns.adapters.postgres import make_postgres_stores
+
+    return make_postgres_stores(url, None, pool_size=pool_size)
+
+
+def postgres_sandbox_store(stores: Stores) -> SandboxStore:
+    """The sandbox rows beside a family of PostgreSQL stores."""
+    from agentruns.adapters.postgres.sandboxes import postgres_sandbox_store as build
+
+    return build(stores)
+
+
+def postgres_run_stats(stores: Stores) -> RunStats:
+    """The read model over a family of PostgreSQL stores."""
+    from agentruns.adapters.postgres import PostgresDatabase
+    from agentruns.adapters.postgres.stats import PostgresRunStats
+
+    if not isinstance(stores.scope, PostgresDatabase):
+        raise TypeError("PostgreSQL run stats need PostgreSQL stores")
+    return PostgresRunStats(stores.scope)
+
+
+def prometheus_metrics() -> Metrics:
+    from agentruns.adapters.prometheus import PrometheusMetrics
+
+    return PrometheusMetrics()
 
 
 def default_holder() -> str:
@@ -38,16 +87,27 @@ class AgentRunsContainer(containers.DeclarativeContainer):
     stores = providers.Selector(
         profile,
         memory=providers.Singleton(make_memory_stores, clock=clock),
-        # Every time decision on the database clock; the pool is sized for the worker's slots
-        # plus the reaper and a claimer.
+        # The pool is sized for the worker's slots plus the reaper and a claimer.
         postgres=providers.Singleton(
-            make_postgres_stores,
+            postgres_stores,
             url=settings.provided.database_url,
-            clock=None,
             pool_size=providers.Callable(
                 lambda settings: settings.worker_concurrency + 2, settings
             ),
         ),
+    )
+    run_stats = providers.Selector(
+        profile,
+        memory=providers.Singleton(memory_run_stats, stores=stores, clock=clock),
+        postgres=providers.Singleton(postgres_run_stats, stores=stores),
+    )
+
+    # "none" records nothing; "prometheus" counts into a registry a process can expose.
+    metrics_backend = providers.Object("none")
+    metrics = providers.Selector(
+        metrics_backend,
+        none=providers.Singleton(NoMetrics),
+        prometheus=providers.Singleton(prometheus_metrics),
     )
 
     runs = providers.Singleton(
@@ -63,6 +123,7 @@ class AgentRunsContainer(containers.DeclarativeContainer):
         kinds=kinds,
         rng=rng,
         batch=settings.provided.reap_batch,
+        metrics=metrics,
     )
     worker = providers.Factory(
         Worker,
@@ -75,4 +136,109 @@ class AgentRunsContainer(containers.DeclarativeContainer):
         poll_interval=providers.Callable(
             lambda settings: settings.poll_interval.total_seconds(), settings
         ),
+        metrics=metrics,
     )
+
+    sandbox_store = providers.Selector(
+        profile,
+        memory=providers.Singleton(memory_sandbox_store, stores=stores, clock=clock),
+        postgres=providers.Singleton(postgres_sandbox_store, stores=stores),
+    )
+    sandbox_claims: providers.Dependency[SandboxClaims] = providers.Dependency()
+    sandbox_tokens: providers.Dependency[SandboxTokens] = providers.Dependency()
+    sandbox_kinds = providers.Object(())
+    gateway_url = providers.Dependency(instance_of=str)
+    sandboxes = providers.Singleton(
+        AgentSandboxes,
+        scope=stores.provided.scope,
+        store=sandbox_store,
+        claims=sandbox_claims,
+        tokens=sandbox_tokens,
+        kinds=sandbox_kinds,
+        gateway_url=gateway_url,
+    )
+    sandbox_reaper = providers.Singleton(
+        AgentSandboxReaper,
+        scope=stores.provided.scope,
+        store=sandbox_store,
+        claims=sandbox_claims,
+        timings=providers.Callable(sandbox_timings, settings),
+        batch=settings.provided.reap_batch,
+    )
+
+
+# Database administration for the command line: the CLI is app code and names no adapter, so
+# the composition root hands it these.
+
+
+@contextmanager
+def embedded_database(data_dir: Path) -> Iterator[str]:
+    """Start (or join) the embedded PostgreSQL in ``data_dir``; its URL while the block runs."""
+    server = EmbeddedPostgres(data_dir)
+    url = server.start()
+    try:
+        yield url
+    finally:
+        server.stop()
+
+
+def use_postgres(container: AgentRunsContainer, url: str) -> None:
+    """Point ``container`` at the PostgreSQL server at ``url`` (every time on its clock)."""
+    settings = container.settings()
+    if settings.database_url != url:
+        container.settings.override(
+            providers.Object(settings.model_copy(update={"database_url": url}))
+        )
+    container.profile.override("postgres")
+
+
+def upgrade_database(url: str) -> str:
+    """Migrate the schema at ``url`` to the newest revision; that revision."""
+    from agentruns.adapters.postgres import admin
+
+    return admin.upgrade(url)
+
+
+def database_revision(url: str) -> tuple[str | None, str]:
+    """The schema's current revision at ``url`` (``None``: never migrated) and the newest."""
+    from agentruns.adapters.postgres import admin
+
+    return admin.schema_revision(url)
+
+
+def check_database(url: str) -> None:
+    """Raise a one-line :class:`StoreUnavailable` unless ``url`` answers with a migrated schema."""
+    current, head = database_revision(url)
+    if current is None:
+        raise StoreUnavailable(
+            "the database has no agentruns schema yet: run `agentruns db upgrade`"
+        )
+    if current != head:
+        raise StoreUnavailable(
+            f"the database schema is at revision {current}, not {head}: run `agentruns db upgrade`"
+        )
+
+
+def fresh_database(url: str, name: str) -> str:
+    """Drop and create database ``name`` on the server at ``url``; the new database's URL."""
+    from agentruns.adapters.postgres import admin
+
+    return admin.recreate_database(url, name)
+
+
+async def close(container: AgentRunsContainer) -> None:
+    """Release what the container's stores hold (a PostgreSQL pool and listener)."""
+    if container.profile() != "postgres":
+        return
+    from agentruns.adapters.postgres import close_postgres_stores
+
+    await close_postgres_stores(container.stores())
+
+
+def serve_metrics(metrics: Metrics, port: int) -> None:
+    """Expose ``metrics`` (the Prometheus backend) on ``port`` at ``/metrics``."""
+    from agentruns.adapters.prometheus import PrometheusMetrics, serve
+
+    if not isinstance(metrics, PrometheusMetrics):
+        raise TypeError("only the Prometheus metrics backend can be served")
+    serve(metrics, port)

@@ -227,6 +227,11 @@ class Notifier(Protocol):
         caller claims after either."""
         ...
 
+    async def listen(self) -> bool:
+        """Start listening now, so that no wake-up sent after this call is missed; a worker
+        calls it before its first claim. False if it could not (the poll still works)."""
+        return True
+
 
 @dataclass(frozen=True, slots=True)
 class Stores:

@@ -14,6 +14,7 @@ import logging
 from dataclasses import dataclass
 
 from agentruns.app.kinds import RunKinds
+from agentruns.app.metrics import Metrics, NoMetrics
 from agentruns.app.ports import Stores, TakeBack, Transaction
 from agentruns.domain import run as transitions
 from agentruns.domain.backoff import RandomSource
@@ -40,12 +41,19 @@ class ReapReport:
 
 class AgentRunReaper:
     def __init__(
-        self, stores: Stores, kinds: RunKinds, rng: RandomSource, *, batch: int = 500
+        self,
+        stores: Stores,
+        kinds: RunKinds,
+        rng: RandomSource,
+        *,
+        batch: int = 500,
+        metrics: Metrics | None = None,
     ) -> None:
         self._stores = stores
         self._kinds = kinds
         self._rng = rng
         self._batch = batch
+        self._metrics = metrics or NoMetrics()
 
     async def tick(self) -> ReapReport:
         """One pass: every expired lease and every overdue queued run seen now."""
@@ -60,11 +68,14 @@ class AgentRunReaper:
                     requeued += 1
                 else:
                     ended += 1
+                    if after.end_reason is not None:
+                        self._metrics.ended(after.kind, after.end_reason)
+                self._metrics.taken_back(after.kind, after.state is AgentRunState.QUEUED)
             except _Lost:
                 lost += 1
             except Exception:  # skipped until the next tick; the others go on
                 failed += 1
-                log.exception("take-back failed", extra={"run_id": str(run.id)})
+                log.exception("take-back failed", extra=_context(run))
         async with self._stores.scope.transaction() as tx:
             overdue = await self._stores.runs.overdue(tx, self._batch)
         overdue_ended = 0
@@ -73,9 +84,10 @@ class AgentRunReaper:
                 async with self._stores.scope.transaction() as tx:
                     if await self._end_overdue(tx, run):
                         overdue_ended += 1
+                        self._metrics.ended(run.kind, TerminationReason.DEADLINE_EXCEEDED)
             except Exception:
                 failed += 1
-                log.exception("ending an overdue run failed", extra={"run_id": str(run.id)})
+                log.exception("ending an overdue run failed", extra=_context(run))
         return ReapReport(
             taken_back=requeued + ended,
             requeued=requeued,
@@ -102,17 +114,7 @@ class AgentRunReaper:
         )
         if after is None:
             raise _Lost
-        log.info(
-            "lease taken back",
-            extra={
-                "run_id": str(run.id),
-                "kind": run.kind,
-                "workspace": run.workspace,
-                "subject": run.subject,
-                "epoch": run.epoch,
-                "to": str(after.state),
-            },
-        )
+        log.info("lease taken back", extra={**_context(run), "to": str(after.state)})
         return after
 
     async def _end_overdue(self, tx: Transaction, seen: AgentRun) -> bool:
@@ -124,6 +126,7 @@ class AgentRunReaper:
             return False
         after = await self._stores.runs.end(tx, run.id, TerminationReason.DEADLINE_EXCEEDED, None)
         await kind.handler.on_moved(tx, after)
+        log.info("queued run past its deadline ended", extra=_context(run))
         return True
 
     async def run(self, stop: asyncio.Event, *, every: float) -> None:
@@ -138,3 +141,13 @@ class AgentRunReaper:
                     await stop.wait()
             except TimeoutError:
                 pass
+
+
+def _context(run: AgentRun) -> dict[str, object]:
+    return {
+        "run_id": str(run.id),
+        "kind": run.kind,
+        "workspace": run.workspace,
+        "subject": run.subject,
+        "epoch": run.epoch,
+    }

@@ -17,7 +17,7 @@ from agentruns.app.kinds import RunKind, RunKinds
 from agentruns.app.ports import BudgetHold, ClaimRequest, NewRun, RunEvent, Stores, Transaction
 from agentruns.domain.backoff import RandomSource
 from agentruns.domain.bands import DEFAULT_BAND_AGING, Band
-from agentruns.domain.errors import InvalidRequest, RunNotFound
+from agentruns.domain.errors import InvalidRequest, RunNotFound, TransactionConflict
 from agentruns.domain.payload import validate_payload
 from agentruns.domain.run import AgentRun, AgentRunFence, continue_after
 from agentruns.domain.termination import TerminationReason
@@ -25,6 +25,7 @@ from agentruns.domain.termination import TerminationReason
 # A budget hold makes the claim roll back and try again without the held workspaces; a few
 # rounds are plenty, since each round holds at least one more workspace.
 _MAX_CLAIM_ROUNDS = 8
+_CONFLICT_RETRIES = 3
 
 
 class _BudgetHeld(Exception):
@@ -226,12 +227,24 @@ class AgentRuns:
             return run
 
     async def cancel(self, run_id: UUID) -> AgentRun:
-        """End a queued or leased run CANCELLED at once; its holder's next renewal fails."""
-        async with self.transaction() as inner:
-            kind = await self._lock_domain_row(inner, run_id)
-            run = await self._stores.runs.end(inner, run_id, TerminationReason.CANCELLED, None)
-            await kind.handler.on_moved(inner, run)
-            return run
+        """End a queued or leased run CANCELLED at once; its holder's next renewal fails.
+
+        A claim locks a run before its domain row (it cannot know the row before it picks the
+        run), so a cancel racing a claim of the same run can deadlock; the database aborts one
+        side, and a cancel that lost runs again."""
+        for attempt in range(_CONFLICT_RETRIES):
+            try:
+                async with self.transaction() as inner:
+                    kind = await self._lock_domain_row(inner, run_id)
+                    run = await self._stores.runs.end(
+                        inner, run_id, TerminationReason.CANCELLED, None
+                    )
+                    await kind.handler.on_moved(inner, run)
+                    return run
+            except TransactionConflict:
+                if attempt + 1 == _CONFLICT_RETRIES:
+                    raise
+        raise AssertionError("unreachable")
 
     async def continue_after(
         self,

@@ -11,9 +11,11 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import time
 from dataclasses import dataclass, field
 
 from agentruns.app.kinds import RunKinds
+from agentruns.app.metrics import Metrics, NoMetrics
 from agentruns.app.ports import Notifier
 from agentruns.app.runs import AgentRuns
 from agentruns.domain.backoff import RandomSource
@@ -54,6 +56,7 @@ class Worker:
         concurrency: int = 8,
         poll_interval: float = 2.0,
         only_kinds: list[str] | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("a worker needs a concurrency of at least 1")
@@ -65,6 +68,8 @@ class Worker:
         self._concurrency = concurrency
         self._poll_interval = poll_interval
         self._only_kinds = only_kinds
+        self._metrics = metrics or NoMetrics()
+        self._running: set[asyncio.Task[RunOutcome]] = set()
         self.stats = WorkerStats()
 
     async def drive(self, run: AgentRun) -> RunOutcome:
@@ -77,7 +82,9 @@ class Worker:
                 async with self._runs.transaction() as tx:
                     await self._runs.renew(fence, tx=tx)
                     await self._runs.append_event(fence, event.type, event.data, tx=tx)
+                self._metrics.renewed(run.kind)
             await self._runs.end(fence, TerminationReason.COMPLETED)
+            self._metrics.ended(run.kind, TerminationReason.COMPLETED)
             outcome = RunOutcome.COMPLETED
         except LeaseLost:
             outcome = await self._lost(run)
@@ -101,10 +108,12 @@ class Worker:
             match decision:
                 case EndRun(reason=reason):
                     await self._runs.end(run.fence, reason)
+                    self._metrics.ended(run.kind, reason)
                     return RunOutcome.FAILED
                 case RequeueRun(attempt=attempt):
                     delay = kind.policy.backoff.delay(attempt, self._rng)
                     await self._runs.requeue(run.fence, charged=True, delay=delay)
+                    self._metrics.requeued(run.kind)
                     return RunOutcome.REQUEUED
         except LeaseLost:
             return await self._lost(run)
@@ -114,14 +123,19 @@ class Worker:
         try:
             now = await self._runs.get(run.id)
         except RunNotFound:
-            return RunOutcome.LEASE_LOST
-        if now.epoch == run.epoch and now.end_reason is TerminationReason.CANCELLED:
+            now = None
+        if (
+            now is not None
+            and now.epoch == run.epoch
+            and now.end_reason is TerminationReason.CANCELLED
+        ):
             return RunOutcome.CANCELLED
+        self._metrics.lease_lost(run.kind)
         return RunOutcome.LEASE_LOST
 
     async def claim_and_drive(self, limit: int) -> int:
         """Claim up to ``limit`` runs and drive them all to their outcome; how many it claimed."""
-        claimed = await self._runs.claim(self.holder, limit=limit, kinds=self._only_kinds)
+        claimed = await self._claim(limit)
         self.stats.claimed += len(claimed)
         await asyncio.gather(*(self.drive(run) for run in claimed))
         return len(claimed)
@@ -129,15 +143,16 @@ class Worker:
     async def run(self, stop: asyncio.Event, *, grace: float = 30.0) -> None:
         """Claim and drive runs until ``stop`` is set; then stop claiming, give running steps
         ``grace`` seconds to finish, and leave the rest to lease expiry and the reaper."""
-        running: set[asyncio.Task[RunOutcome]] = set()
+        running = self._running
+        # Listen before the first claim: a run queued between that claim and the first wait
+        # would otherwise wake nobody until the poll interval.
+        await self._notifier.listen()
         while not stop.is_set():
             free = self._concurrency - len(running)
             claimed: list[AgentRun] = []
             if free > 0:
                 try:
-                    claimed = await self._runs.claim(
-                        self.holder, limit=free, kinds=self._only_kinds
-                    )
+                    claimed = await self._claim(free)
                 except Exception:  # a failing claim must not kill the worker
                     log.exception("claim failed; retrying after the poll interval")
             self.stats.claimed += len(claimed)
@@ -153,6 +168,18 @@ class Worker:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+
+    def abandon(self) -> None:
+        """Drop every run in flight at once, settling nothing, as a crashed process would: the
+        leases run out and the reaper takes the runs back. For fault injection (the demo)."""
+        for task in list(self._running):
+            task.cancel()
+
+    async def _claim(self, limit: int) -> list[AgentRun]:
+        started = time.perf_counter()
+        claimed = await self._runs.claim(self.holder, limit=limit, kinds=self._only_kinds)
+        self._metrics.claimed(len(claimed), time.perf_counter() - started)
+        return claimed
 
     async def _idle(self, stop: asyncio.Event, running: set[asyncio.Task[RunOutcome]]) -> None:
         """Wait for a wake-up, a free slot, the stop signal or the poll interval."""

@@ -17,6 +17,7 @@
     │   ├── SandboxNotLive           the sandbox is DELETING or gone
     │   └── InvalidToken             a token that is missing, forged, expired or revoked
     └── StoreUnavailable             the database could not be reached or answered with an error
+        └── TransactionConflict      a deadlock or serialization failure: retrying may succeed
 
 Adapters translate their driver's errors into this tree (``raise ... from exc``), and the memory
 and PostgreSQL adapters raise the same exception for the same conflict.
@@ -93,3 +94,8 @@ class InvalidToken(SandboxError):
 
 class StoreUnavailable(AgentRunsError):
     """The run store could not be reached, or failed in a way the caller cannot fix."""
+
+
+class TransactionConflict(StoreUnavailable):
+    """The database aborted the transaction to break a deadlock or a serialization conflict;
+    nothing it wrote stays, and running it again may succeed."""

@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from uuid import UUID
 
-from agentruns.domain.errors import IllegalTransition
+from agentruns.domain.errors import IllegalTransition, SandboxNotLive
 
 
 class SandboxState(enum.StrEnum):
@@ -56,6 +56,34 @@ class AgentSandbox:
     @property
     def is_live(self) -> bool:
         return self.state in LIVE_SANDBOX_STATES
+
+
+def mark_ready(sandbox: AgentSandbox, now: datetime) -> AgentSandbox:
+    """The sandbox called the gateway: REQUESTED -> READY at ``now``; READY stays as it is."""
+    if sandbox.state is SandboxState.READY:
+        return sandbox
+    if not sandbox.is_live:
+        raise SandboxNotLive(f"sandbox {sandbox.id} is {sandbox.state}")
+    check_sandbox_move(sandbox.state, SandboxState.READY)
+    return replace(sandbox, state=SandboxState.READY, ready_at=now)
+
+
+def mark_used(sandbox: AgentSandbox, now: datetime) -> AgentSandbox:
+    """The sandbox leased a run at ``now``: its idle clock starts again."""
+    if not sandbox.is_live:
+        raise SandboxNotLive(f"sandbox {sandbox.id} is {sandbox.state}")
+    return replace(sandbox, last_used_at=now)
+
+
+def mark_deleting(sandbox: AgentSandbox) -> AgentSandbox:
+    """Take the sandbox back: its claim is to be deleted, and its token no longer works."""
+    check_sandbox_move(sandbox.state, SandboxState.DELETING)
+    return replace(sandbox, state=SandboxState.DELETING)
+
+
+def usable(sandbox: AgentSandbox, now: datetime) -> bool:
+    """A token of this sandbox works now: it is live and before its shutdown."""
+    return sandbox.is_live and not shutdown_passed(sandbox, now)
 
 
 class TakeBackCause(enum.StrEnum):

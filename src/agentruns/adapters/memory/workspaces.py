@@ -37,6 +37,9 @@ class MemoryWorkspaceStore(WorkspaceStore):
             key=lambda hold: hold.workspace,
         )
 
+    def inactive(self) -> list[str]:
+        return sorted(workspace for workspace, _ in self._inactive.items())
+
     def excluded_at(self, now: datetime) -> set[str]:
         """Workspaces whose runs are not offered now: inactive or under a hold."""
         return {workspace for workspace, _ in self._inactive.items()} | {

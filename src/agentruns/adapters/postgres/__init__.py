@@ -11,6 +11,7 @@ from agentruns.adapters.postgres.migrate import migrate, migrations_path
 from agentruns.adapters.postgres.notifier import PostgresNotifier
 from agentruns.adapters.postgres.reviews import PostgresReviewJobs
 from agentruns.adapters.postgres.runs import PostgresEventLog, PostgresRunStore
+from agentruns.adapters.postgres.sandboxes import PostgresSandboxStore
 from agentruns.adapters.postgres.workspaces import PostgresWorkspaceStore
 from agentruns.app.ports import Clock, Stores
 
@@ -46,6 +47,7 @@ __all__ = [
     "PostgresNotifier",
     "PostgresReviewJobs",
     "PostgresRunStore",
+    "PostgresSandboxStore",
     "PostgresTransaction",
     "PostgresWorkspaceStore",
     "close_postgres_stores",

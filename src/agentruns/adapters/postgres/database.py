@@ -21,7 +21,12 @@ from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
 from agentruns.app.ports import Clock, Transaction, TransactionScope
-from agentruns.domain.errors import AgentRunsError, IllegalTransition, StoreUnavailable
+from agentruns.domain.errors import (
+    AgentRunsError,
+    IllegalTransition,
+    StoreUnavailable,
+    TransactionConflict,
+)
 
 # Constraints and triggers whose refusal means "the state table or a run's identity says no".
 _REFUSALS = {
@@ -30,6 +35,10 @@ _REFUSALS = {
     "uq_agent_run_leased_subject": "at most one run of a subject is leased",
     "agent_run_pkey": "a run with this id exists already",
     "review_job_pkey": "a review job for this run exists already",
+    "guard_agent_sandbox": "the sandbox's state table or identity",
+    "uq_agent_sandbox_live_subject": "at most one live sandbox per subject",
+    "uq_agent_sandbox_claim_name": "a sandbox with this claim exists already",
+    "agent_sandbox_pkey": "a sandbox with this id exists already",
 }
 
 
@@ -57,6 +66,8 @@ def translate(exc: BaseException) -> AgentRunsError:
             return IllegalTransition(
                 "the database", "refused", f"{why}: {orig.diag.message_primary}"
             )
+    if isinstance(orig, (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)):
+        return TransactionConflict(f"PostgreSQL aborted a conflicting transaction: {orig}")
     return StoreUnavailable(f"PostgreSQL failed: {orig}")
 
 
@@ -111,8 +122,13 @@ class PostgresDatabase(TransactionScope):
     ) -> None:
         self.url = url
         self.clock = clock
+        # READ COMMITTED whatever the server's default: the head bookkeeping relies on each
+        # statement of its trigger seeing every commit before it (ADRs/0004).
         self.engine = engine or create_async_engine(
-            sqlalchemy_url(url), pool_size=pool_size, max_overflow=max_overflow
+            sqlalchemy_url(url),
+            pool_size=pool_size,
+            max_overflow=max_overflow,
+            isolation_level="READ COMMITTED",
         )
 
     def now_param(self) -> datetime | None:

@@ -7,7 +7,9 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import create_engine, make_url
+from sqlalchemy import create_engine
+
+from agentruns.adapters.postgres.database import sqlalchemy_url
 
 _PACKAGE = Path(__file__).resolve().parents[2]  # .../agentruns
 
@@ -26,10 +28,6 @@ def alembic_config() -> Config:
     return config
 
 
-def _sync_url(url: str) -> str:
-    return make_url(url).set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
-
-
 def migrate(url: str, revision: str = "head") -> None:
     """Upgrade the database at ``url`` to ``revision`` (the newest by default)."""
     _run(url, lambda config: command.upgrade(config, revision))
@@ -41,7 +39,7 @@ def downgrade(url: str, revision: str) -> None:
 
 
 def _run(url: str, action: Callable[[Config], None]) -> None:
-    engine = create_engine(_sync_url(url))
+    engine = create_engine(sqlalchemy_url(url))  # psycopg 3 serves sync and async
     try:
         with engine.begin() as connection:
             config = alembic_config()

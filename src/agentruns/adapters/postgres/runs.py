@@ -29,6 +29,8 @@ from agentruns.domain.termination import TerminationReason
 # Candidates ranked beyond the limit, so claimers racing for the same first heads (each skips
 # the rows another holds locked) still fill their batch.
 CLAIM_MARGIN = 8
+# How far down the order a claim looks when other claimers hold the candidates ahead.
+MAX_POOL = 4096
 
 
 def run_from_row(row: RowMapping) -> AgentRun:
@@ -54,6 +56,11 @@ def run_from_row(row: RowMapping) -> AgentRun:
         ended_at=row["ended_at"],
         continues=row["continues"],
     )
+
+
+def _claim_key(row: RowMapping) -> tuple[int, int, datetime, int]:
+    """The claim order of a claimed row, as the statement ranked it."""
+    return (row["claim_band"], row["claim_load"], row["due_at"], row["seq"])
 
 
 def _fence_params(fence: AgentRunFence) -> dict[str, Any]:
@@ -124,19 +131,26 @@ class PostgresRunStore(RunStore):
             return []
         params = self._params(
             holder=request.holder,
-            limit=request.limit,
-            pool=request.limit + CLAIM_MARGIN,
             aging=request.band_aging,
             kinds=None if request.kinds is None else list(request.kinds),
         )
-        if request.subject is None:
-            rows = await fetch(tx, sql.CLAIM, params)
-        else:
-            rows = await fetch(tx, sql.CLAIM_SUBJECT, {**params, "subject": request.subject})
-        ordered = sorted(
-            rows, key=lambda row: (row["claim_band"], row["claim_load"], row["due_at"], row["seq"])
-        )
-        return [run_from_row(row) for row in ordered]
+        if request.subject is not None:
+            rows = await fetch(
+                tx, sql.CLAIM_SUBJECT, {**params, "subject": request.subject, "limit": 1}
+            )
+            return [run_from_row(row) for row in rows if row["id"] is not None]
+        claimed: list[RowMapping] = []
+        pool = request.limit + CLAIM_MARGIN
+        while True:
+            wanted = request.limit - len(claimed)
+            rows = await fetch(tx, sql.CLAIM, {**params, "limit": wanted, "pool": pool})
+            claimed.extend(sorted((row for row in rows if row["id"] is not None), key=_claim_key))
+            # Every ranked candidate was seen (fewer than the pool), or the batch is full: done.
+            # Else other claimers held the candidates this pool ranked: look further down.
+            if len(claimed) >= request.limit or rows[0]["offered"] < pool or pool >= MAX_POOL:
+                break
+            pool *= 4
+        return [run_from_row(row) for row in claimed]
 
     async def require_current(self, tx: Tx, fence: AgentRunFence) -> AgentRun:
         run = await self._one(tx, sql.REQUIRE_CURRENT, **_fence_params(fence))

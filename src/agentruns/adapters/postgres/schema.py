@@ -149,3 +149,35 @@ review_job = Table(
     Column("attempt", Integer, nullable=False),
     CheckConstraint("status IN ('queued', 'running', 'ended')", name="ck_review_job_status"),
 )
+
+# A sandbox's row owns its claim (migrations/versions/0002_sandboxes.py; the trigger
+# guard_agent_sandbox keeps the state table and the identity).
+agent_sandbox = Table(
+    "agent_sandbox",
+    metadata,
+    Column("id", UUID(as_uuid=True), primary_key=True),
+    Column("kind", Text, nullable=False),
+    Column("workspace", Text, nullable=False),
+    Column("subject", Text, nullable=False),
+    Column("state", Text, nullable=False),
+    Column("requested_at", TZ, nullable=False),
+    Column("ready_at", TZ),
+    Column("last_used_at", TZ),
+    Column("shutdown_at", TZ, nullable=False),
+    Column("claim_name", Text, nullable=False),
+    Column("conversation", Boolean, nullable=False, server_default=text("false")),
+    CheckConstraint("state IN ('requested', 'ready', 'deleting')", name="ck_agent_sandbox_state"),
+    CheckConstraint("state <> 'ready' OR ready_at IS NOT NULL", name="ck_agent_sandbox_ready"),
+    UniqueConstraint("claim_name", name="uq_agent_sandbox_claim_name"),
+)
+Index(
+    "uq_agent_sandbox_live_subject",
+    agent_sandbox.c.subject,
+    unique=True,
+    postgresql_where=text("state IN ('requested', 'ready')"),
+)
+Index(
+    "ix_agent_sandbox_deleting",
+    agent_sandbox.c.requested_at,
+    postgresql_where=text("state = 'deleting'"),
+)

@@ -169,12 +169,20 @@ def _offered_heads(workspace: str, band: str, limit: str) -> str:
         ORDER BY s.head_due_at, s.head_seq LIMIT {limit}"""
 
 
-_CLAIM_UPDATE = f"""
-UPDATE agent_run r SET state = 'leased', epoch = r.epoch + 1,
-                       leased_until = clock.now + r.lease, holder = :holder
-FROM picked, clock WHERE r.id = picked.id
-RETURNING {_R_COLUMNS}, picked.claim_band, picked.claim_load
+def _claim_update(offered: str) -> str:
+    """Lease the picked runs; also say how many candidates were ranked (``offered``), so a
+    claimer that lost every candidate to other claimers knows a wider pool may hold more."""
+    return f"""
+, claimed AS (
+    UPDATE agent_run r SET state = 'leased', epoch = r.epoch + 1,
+                           leased_until = clock.now + r.lease, holder = :holder
+    FROM picked, clock WHERE r.id = picked.id
+    RETURNING {_R_COLUMNS}, picked.claim_band, picked.claim_load
+)
+SELECT claimed.*, counted.offered
+FROM (SELECT {offered} AS offered) counted LEFT JOIN claimed ON true
 """
+
 
 # The claim (ADRs/0004). Stage one takes each open workspace's first offered head per band
 # (three index probes) and keeps the :pool workspaces whose first head orders first: the first
@@ -226,9 +234,12 @@ ranked AS (
                AS load
     FROM candidates
 ),
+top AS MATERIALIZED (
+    SELECT * FROM ranked ORDER BY eb, load, due_at, seq LIMIT :pool
+),
 picked AS (
     SELECT r.id, k.eb AS claim_band, k.load AS claim_load
-    FROM ranked k
+    FROM top k
     JOIN agent_subject s ON s.subject = k.subject
     JOIN agent_run r ON r.id = s.head_run
     WHERE s.head_run = k.head_run AND r.state = 'queued'
@@ -236,7 +247,7 @@ picked AS (
     LIMIT :limit
     FOR UPDATE OF s, r SKIP LOCKED
 )
-{_CLAIM_UPDATE}
+{_claim_update("(SELECT count(*) FROM top)")}
 """)
 
 # claim_subject: the same rule within one subject, whose head is one primary-key read.
@@ -255,7 +266,7 @@ picked AS (
     LIMIT :limit
     FOR UPDATE OF s, r SKIP LOCKED
 )
-{_CLAIM_UPDATE}
+{_claim_update("0")}
 """)
 
 APPEND_EVENT = _stmt(f"""

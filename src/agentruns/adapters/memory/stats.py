@@ -1,0 +1,79 @@
+"""The read model over the memory runs table."""
+
+from __future__ import annotations
+
+from collections import Counter
+
+from agentruns.adapters.memory.database import MemoryDatabase
+from agentruns.adapters.memory.runs import MemoryRunStore
+from agentruns.adapters.memory.workspaces import MemoryWorkspaceStore
+from agentruns.app.ports import Clock, Transaction
+from agentruns.app.stats import RunStats, RunStatus, count_runs
+from agentruns.domain.run import AgentRun
+from agentruns.domain.states import AgentRunState
+
+
+class MemoryRunStats(RunStats):
+    def __init__(
+        self,
+        database: MemoryDatabase,
+        runs: MemoryRunStore,
+        workspaces: MemoryWorkspaceStore,
+        clock: Clock,
+    ) -> None:
+        self._database = database
+        self._runs = runs
+        self._workspaces = workspaces
+        self._clock = clock
+
+    def _all(self, tx: Transaction) -> list[AgentRun]:
+        self._database.check(tx)
+        return sorted(self._runs.rows.values(), key=lambda run: run.seq)
+
+    async def status(self, tx: Transaction) -> RunStatus:
+        everything = self._all(tx)
+        now = self._clock.now()
+        due = [
+            run.due_at
+            for run in everything
+            if run.state is AgentRunState.QUEUED and run.due_at <= now
+        ]
+        return RunStatus(
+            now=now,
+            counts=count_runs(everything),
+            expired_leases=sum(1 for run in everything if run.is_expired(now)),
+            oldest_due_at=min(due) if due else None,
+            holds=tuple(self._workspaces.holds_at(now)),
+            inactive=tuple(self._workspaces.inactive()),
+        )
+
+    async def runs(
+        self,
+        tx: Transaction,
+        *,
+        state: AgentRunState | None = None,
+        holder: str | None = None,
+        limit: int = 100,
+    ) -> list[AgentRun]:
+        return [
+            run
+            for run in self._all(tx)
+            if (state is None or run.state is state) and (holder is None or run.holder == holder)
+        ][:limit]
+
+    async def doubly_leased_subjects(self, tx: Transaction) -> list[str]:
+        leased = Counter(run.subject for run in self._all(tx) if run.state is AgentRunState.LEASED)
+        return sorted(subject for subject, count in leased.items() if count > 1)
+
+    async def unsettled(self, tx: Transaction) -> int:
+        return sum(1 for run in self._all(tx) if not _settled(run))
+
+
+def _settled(run: AgentRun) -> bool:
+    match run.state:
+        case AgentRunState.ENDED:
+            return run.end_reason is not None
+        case AgentRunState.QUEUED:
+            return run.due_at is not None
+        case AgentRunState.LEASED:
+            return run.leased_until is not None

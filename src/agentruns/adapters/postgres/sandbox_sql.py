@@ -1,0 +1,109 @@
+"""Every SQL statement of the PostgreSQL sandbox store, named, in one place.
+
+Time comes from :data:`~agentruns.adapters.postgres.sql.NOW` as in the run statements: the
+bound ``:now`` when a test pins a clock, else the database clock. Each transition is one guarded
+statement that touches the row only if it is still as expected; ``guard_agent_sandbox`` refuses
+the rest.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import TextClause, bindparam, text
+from sqlalchemy.dialects.postgresql import ARRAY
+from sqlalchemy.types import Text
+
+from agentruns.adapters.postgres.sql import NOW
+
+SANDBOX_COLUMNS = (
+    "id, kind, workspace, subject, state, requested_at, ready_at, last_used_at, shutdown_at, "
+    "claim_name, conversation"
+)
+_LIVE = "state IN ('requested', 'ready')"
+
+
+def _stmt(source: str) -> TextClause:
+    clause = text(source)
+    if ":names" in source:
+        return clause.bindparams(bindparam("names", type_=ARRAY(Text)))
+    return clause
+
+
+INSERT = _stmt(f"""
+INSERT INTO agent_sandbox (id, kind, workspace, subject, state, requested_at, shutdown_at,
+                           claim_name, conversation)
+VALUES (:id, :kind, :workspace, :subject, 'requested', :requested_at, :shutdown_at,
+        :claim_name, :conversation)
+ON CONFLICT (subject) WHERE {_LIVE} DO NOTHING
+RETURNING {SANDBOX_COLUMNS}
+""")
+
+GET = _stmt(f"SELECT {SANDBOX_COLUMNS} FROM agent_sandbox WHERE id = :id")
+
+LIVE_OF_SUBJECT = _stmt(
+    f"SELECT {SANDBOX_COLUMNS} FROM agent_sandbox WHERE subject = :subject AND {_LIVE}"
+)
+
+# Held until the caller's transaction ends: the reaper's take-back skips a locked row, and one
+# that the reaper moved first no longer matches when this statement gets the lock.
+LOCK_LIVE = _stmt(f"""
+WITH clock AS (SELECT {NOW} AS now)
+SELECT {SANDBOX_COLUMNS} FROM agent_sandbox, clock
+WHERE id = :id AND {_LIVE} AND shutdown_at > clock.now
+FOR UPDATE OF agent_sandbox
+""")
+
+MARK_READY = _stmt(f"""
+WITH clock AS (SELECT {NOW} AS now)
+UPDATE agent_sandbox SET state = 'ready', ready_at = clock.now
+FROM clock WHERE id = :id AND state = 'requested'
+RETURNING {SANDBOX_COLUMNS}
+""")
+
+TOUCH = _stmt(f"""
+WITH clock AS (SELECT {NOW} AS now)
+UPDATE agent_sandbox SET last_used_at = clock.now
+FROM clock WHERE id = :id AND {_LIVE}
+RETURNING {SANDBOX_COLUMNS}
+""")
+
+TAKE_BACK = _stmt(f"""
+UPDATE agent_sandbox SET state = 'deleting' WHERE id = :id AND {_LIVE}
+RETURNING {SANDBOX_COLUMNS}
+""")
+
+# The sandbox reaper's one statement: the domain's take_back_cause, on the database clock. The
+# two NOT EXISTS read the runs' partial indexes over queued and leased runs of the subject.
+TAKE_BACK_DUE = _stmt(f"""
+WITH clock AS (SELECT {NOW} AS now),
+due AS (
+    SELECT s.id FROM agent_sandbox s, clock
+    WHERE s.{_LIVE}
+      AND (s.shutdown_at <= clock.now
+           OR (s.state = 'requested'
+               AND s.requested_at + CAST(:start AS interval) <= clock.now)
+           OR (NOT EXISTS (SELECT 1 FROM agent_run r
+                           WHERE r.subject = s.subject AND r.state = 'queued')
+               AND NOT EXISTS (SELECT 1 FROM agent_run r
+                               WHERE r.subject = s.subject AND r.state = 'leased')
+               AND COALESCE(s.last_used_at, s.ready_at, s.requested_at)
+                   + CASE WHEN s.conversation THEN CAST(:conversation_idle AS interval)
+                          ELSE CAST(:idle AS interval) END <= clock.now))
+    ORDER BY s.requested_at
+    LIMIT :limit
+    FOR UPDATE OF s SKIP LOCKED
+)
+UPDATE agent_sandbox SET state = 'deleting'
+FROM due WHERE agent_sandbox.id = due.id
+RETURNING {", ".join(f"agent_sandbox.{c.strip()}" for c in SANDBOX_COLUMNS.split(","))}
+""")
+
+DELETING = _stmt(f"""
+SELECT {SANDBOX_COLUMNS} FROM agent_sandbox WHERE state = 'deleting'
+ORDER BY requested_at LIMIT :limit
+""")
+
+DELETE = _stmt("DELETE FROM agent_sandbox WHERE id = :id AND state = 'deleting'")
+
+CLAIM_NAMES = _stmt(
+    "SELECT claim_name FROM agent_sandbox WHERE claim_name = ANY(CAST(:names AS text[]))"
+)

@@ -1,0 +1,142 @@
+"""Sandbox tokens as signed JWTs (HS256) with rotating keys.
+
+A token names its sandbox (``sid``), workspace (``ws``) and subject (``sub``) and expires
+(``exp``) at the sandbox's shutdown, never after the end of life (``not_after``) of the key that
+signed it. Each key has an id (``kid`` in the token's header) so keys rotate: tokens are signed
+with the newest usable key and verified with whichever known key signed them, while that key is
+still alive. Only HS256 is accepted, whatever the header claims (so never ``alg=none``).
+
+Expiry is checked against the injected :class:`~agentruns.app.ports.Clock`, not PyJWT's own
+reading of the system clock, so tests move time by hand.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+from uuid import UUID
+
+import jwt
+
+from agentruns.app.ports import Clock
+from agentruns.app.sandbox_ports import SandboxIdentity, SandboxTokens
+from agentruns.domain.errors import InvalidToken, SandboxError
+from agentruns.domain.sandbox import AgentSandbox
+
+ALGORITHM = "HS256"
+ISSUER = "agentruns"
+AUDIENCE = "agentruns-gateway"
+MIN_SECRET_BYTES = 32
+_REQUIRED = ["exp", "iat", "iss", "aud", "sub", "sid", "ws"]
+
+
+@dataclass(frozen=True, slots=True)
+class SigningKey:
+    """A secret under an id, usable until ``not_after``. ``not_before`` orders keys: the newest
+    live key signs."""
+
+    kid: str
+    secret: bytes = field(repr=False)
+    not_after: datetime
+    not_before: datetime = datetime(1970, 1, 1, tzinfo=UTC)
+
+    def __post_init__(self) -> None:
+        if not self.kid:
+            raise ValueError("a signing key needs an id")
+        if len(self.secret) < MIN_SECRET_BYTES:
+            raise ValueError(f"an HS256 secret needs at least {MIN_SECRET_BYTES} bytes")
+        if self.not_after.tzinfo is None or self.not_before.tzinfo is None:
+            raise ValueError("a signing key's life needs aware datetimes")
+        if self.not_after <= self.not_before:
+            raise ValueError("a signing key must end after it starts")
+
+    def alive(self, now: datetime) -> bool:
+        return self.not_before <= now < self.not_after
+
+
+class JwtSandboxTokens(SandboxTokens):
+    """Signs with the newest live key; verifies with any known live key."""
+
+    def __init__(self, keys: Iterable[SigningKey], clock: Clock) -> None:
+        self._keys: dict[str, SigningKey] = {}
+        for key in keys:
+            if key.kid in self._keys:
+                raise ValueError(f"signing key {key.kid!r} is given twice")
+            self._keys[key.kid] = key
+        if not self._keys:
+            raise ValueError("sandbox tokens need at least one signing key")
+        self._clock = clock
+
+    def _signing_key(self) -> SigningKey:
+        now = self._clock.now()
+        live = [key for key in self._keys.values() if key.alive(now)]
+        if not live:
+            raise SandboxError("no signing key is alive: add a new key before the last one ends")
+        return max(live, key=lambda key: (key.not_before, key.not_after))
+
+    def signable_until(self) -> datetime:
+        return self._signing_key().not_after
+
+    def issue(self, sandbox: AgentSandbox) -> str:
+        key = self._signing_key()
+        now = self._clock.now()
+        expires_at = min(sandbox.shutdown_at, key.not_after)
+        if expires_at <= now:
+            raise SandboxError(f"sandbox {sandbox.id} is past its shutdown: no token to sign")
+        claims: dict[str, Any] = {
+            "iss": ISSUER,
+            "aud": AUDIENCE,
+            "sub": sandbox.subject,
+            "sid": str(sandbox.id),
+            "ws": sandbox.workspace,
+            "iat": int(now.timestamp()),
+            # JWT times are whole seconds: round down, so a token never outlives its sandbox.
+            "exp": int(expires_at.timestamp()),
+        }
+        return jwt.encode(claims, key.secret, algorithm=ALGORITHM, headers={"kid": key.kid})
+
+    def verify(self, token: str | None) -> SandboxIdentity:
+        if not token:
+            raise InvalidToken("no token")
+        try:
+            header = jwt.get_unverified_header(token)
+        except jwt.PyJWTError as exc:
+            raise InvalidToken("malformed token") from exc
+        if header.get("alg") != ALGORITHM:
+            raise InvalidToken("wrong algorithm")
+        kid = header.get("kid")
+        key = self._keys.get(kid) if isinstance(kid, str) else None
+        now = self._clock.now()
+        if key is None:
+            raise InvalidToken("unknown key")
+        if not key.alive(now):
+            raise InvalidToken("expired key")
+        try:
+            claims = jwt.decode(
+                token,
+                key.secret,
+                algorithms=[ALGORITHM],
+                audience=AUDIENCE,
+                issuer=ISSUER,
+                # Times are checked below on the injected clock; the signature is checked here.
+                options={"require": _REQUIRED, "verify_exp": False, "verify_iat": False},
+            )
+        except jwt.PyJWTError as exc:
+            raise InvalidToken("bad token") from exc
+        return _identity(claims, now)
+
+
+def _identity(claims: dict[str, Any], now: datetime) -> SandboxIdentity:
+    exp, sid, workspace, subject = claims["exp"], claims["sid"], claims["ws"], claims["sub"]
+    if not isinstance(exp, int) or not all(isinstance(v, str) for v in (sid, workspace, subject)):
+        raise InvalidToken("bad token")
+    expires_at = datetime.fromtimestamp(exp, UTC)
+    if expires_at <= now:
+        raise InvalidToken("expired token")
+    try:
+        sandbox_id = UUID(sid)
+    except ValueError as exc:
+        raise InvalidToken("bad token") from exc
+    return SandboxIdentity(sandbox_id, workspace, subject, expires_at)

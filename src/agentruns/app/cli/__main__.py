@@ -1,0 +1,3 @@
+from agentruns.app.cli.main import main
+
+main()

@@ -1,0 +1,12 @@
+"""The entry point: every command module registers itself on the application when imported."""
+
+from __future__ import annotations
+
+from agentruns.app.cli import demo, inspection, operate
+from agentruns.app.cli.root import app
+
+__all__ = ["app", "demo", "inspection", "main", "operate"]
+
+
+def main() -> None:
+    app()

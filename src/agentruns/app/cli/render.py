@@ -1,0 +1,165 @@
+"""How the commands show runs: rich tables for ``status`` and ``runs show``."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+from rich.console import Group, RenderableType
+from rich.table import Table
+from rich.text import Text
+
+from agentruns.app.ports import RunEvent
+from agentruns.app.stats import RunStatus
+from agentruns.domain.bands import Band
+from agentruns.domain.run import AgentRun
+from agentruns.domain.states import AgentRunState
+
+
+def duration(value: timedelta | None) -> str:
+    if value is None:
+        return "-"
+    seconds = value.total_seconds()
+    if seconds < 120:
+        return f"{seconds:.1f}s"
+    if seconds < 7200:
+        return f"{seconds / 60:.1f}m"
+    if seconds < 172800:
+        return f"{seconds / 3600:.1f}h"
+    return f"{seconds / 86400:.1f}d"
+
+
+def status(report: RunStatus) -> RenderableType:
+    by_band = Table(title="Runs by band", title_justify="left")
+    by_band.add_column("band")
+    for state in AgentRunState:
+        by_band.add_column(str(state), justify="right")
+    for band in Band:
+        by_band.add_row(
+            band.name.lower(), *(str(report.total(state, band=band)) for state in AgentRunState)
+        )
+
+    holds = {hold.workspace: hold for hold in report.holds}
+    by_workspace = Table(title="Runs by workspace", title_justify="left")
+    by_workspace.add_column("workspace")
+    for state in AgentRunState:
+        by_workspace.add_column(str(state), justify="right")
+    by_workspace.add_column("offered")
+    for workspace in sorted(set(report.workspaces()) | set(report.inactive) | set(holds)):
+        if workspace in report.inactive:
+            offered = Text("inactive", style="yellow")
+        elif workspace in holds:
+            hold = holds[workspace]
+            offered = Text(f"budget held until {hold.until:%Y-%m-%d %H:%M:%S}", style="yellow")
+        else:
+            offered = Text("yes")
+        by_workspace.add_row(
+            workspace,
+            *(str(report.total(state, workspace=workspace)) for state in AgentRunState),
+            offered,
+        )
+
+    by_reason = Table(title="Ended runs by reason", title_justify="left")
+    by_reason.add_column("reason")
+    by_reason.add_column("runs", justify="right")
+    by_reason.add_column("")
+    for reason, count in sorted(report.reasons().items()):
+        by_reason.add_row(str(reason), str(count), "dead-letter" if reason.is_dead_letter else "")
+
+    facts = Table(show_header=False, box=None)
+    facts.add_column("fact")
+    facts.add_column("value")
+    facts.add_row("expired leases (waiting for the reaper)", str(report.expired_leases))
+    facts.add_row("oldest due run has waited", duration(report.oldest_due_age))
+    facts.add_row(
+        "budget holds",
+        ", ".join(
+            f"{hold.workspace} until {hold.until:%Y-%m-%d %H:%M:%S}"
+            + (f" ({hold.reason})" if hold.reason else "")
+            for hold in report.holds
+        )
+        or "none",
+    )
+    if not report.counts:
+        return Group(Text("no runs yet"), facts)
+    return Group(by_band, by_workspace, by_reason, facts)
+
+
+def status_fields(report: RunStatus) -> dict[str, object]:
+    """The status as plain JSON values."""
+    age = report.oldest_due_age
+    return {
+        "now": report.now.isoformat(),
+        "runs": [
+            {
+                "state": str(count.state),
+                "band": count.band.name.lower(),
+                "workspace": count.workspace,
+                "end_reason": None if count.end_reason is None else str(count.end_reason),
+                "count": count.count,
+            }
+            for count in report.counts
+        ],
+        "expired_leases": report.expired_leases,
+        "oldest_due_age_seconds": None if age is None else age.total_seconds(),
+        "budget_holds": [
+            {"workspace": hold.workspace, "until": hold.until.isoformat(), "reason": hold.reason}
+            for hold in report.holds
+        ],
+        "inactive_workspaces": list(report.inactive),
+    }
+
+
+def run(shown: AgentRun, events: list[RunEvent]) -> RenderableType:
+    fields = Table(title=f"Run {shown.id}", title_justify="left", show_header=False)
+    fields.add_column("field")
+    fields.add_column("value")
+    for name, value in (
+        ("kind", shown.kind),
+        ("workspace", shown.workspace),
+        ("subject", shown.subject),
+        ("band", shown.band.name.lower()),
+        ("state", str(shown.state)),
+        ("end reason", str(shown.end_reason or "-")),
+        ("epoch", str(shown.epoch)),
+        ("attempt", str(shown.attempt)),
+        ("holder", shown.holder or "-"),
+        ("enqueued at", shown.enqueued_at.isoformat()),
+        ("due at", shown.due_at.isoformat()),
+        ("leased until", shown.leased_until.isoformat() if shown.leased_until else "-"),
+        ("deadline at", shown.deadline_at.isoformat() if shown.deadline_at else "-"),
+        ("ended at", shown.ended_at.isoformat() if shown.ended_at else "-"),
+        ("continues", str(shown.continues or "-")),
+        ("payload", json.dumps(shown.payload)),
+    ):
+        fields.add_row(name, value)
+
+    epochs = Table(title="Epochs (one per claim)", title_justify="left")
+    epochs.add_column("epoch", justify="right")
+    epochs.add_column("events", justify="right")
+    epochs.add_column("first event")
+    epochs.add_column("last event")
+    for epoch in range(1, shown.epoch + 1):
+        mine = [event for event in events if event.epoch == epoch]
+        epochs.add_row(
+            str(epoch),
+            str(len(mine)),
+            mine[0].created_at.isoformat() if mine else "-",
+            mine[-1].created_at.isoformat() if mine else "-",
+        )
+
+    listed = Table(title="Events", title_justify="left")
+    listed.add_column("seq", justify="right")
+    listed.add_column("epoch", justify="right")
+    listed.add_column("type")
+    listed.add_column("data")
+    listed.add_column("at")
+    for event in events:
+        listed.add_row(
+            str(event.seq),
+            str(event.epoch),
+            event.type,
+            json.dumps(event.data),
+            event.created_at.isoformat(),
+        )
+    return Group(fields, epochs, listed)

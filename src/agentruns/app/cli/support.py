@@ -1,0 +1,145 @@
+"""What every command needs: settings, the database, kinds from ``module:object``, durations,
+and errors as one line."""
+
+from __future__ import annotations
+
+import importlib
+import re
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
+from datetime import timedelta
+from pathlib import Path
+from typing import NoReturn, TypeVar
+
+import typer
+from dependency_injector import providers
+from pydantic import ValidationError
+from rich.console import Console
+
+from agentruns.app import container as composition
+from agentruns.app.container import AgentRunsContainer
+from agentruns.app.kinds import RunKind, RunKinds
+from agentruns.app.settings import AgentRunsSettings
+from agentruns.domain.errors import AgentRunsError
+
+T = TypeVar("T")
+
+DEFAULT_DATA_DIR = Path(".agentruns/pgdata")
+
+err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+
+class CliError(Exception):
+    """An error an operator can fix: shown as one line, exit status 1."""
+
+
+def fail(message: str, code: int = 1) -> NoReturn:
+    err.print(f"agentruns: error: {message}", markup=False)
+    raise typer.Exit(code)
+
+
+def guarded(action: Callable[[], T]) -> T:
+    """Run a command's body: operator errors become one line and exit 1, never a traceback."""
+    try:
+        return action()
+    except typer.Exit:
+        raise
+    except (CliError, AgentRunsError) as exc:
+        fail(_one_line(exc))
+    except ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(part) for part in first["loc"])
+        fail(f"invalid setting AGENTRUNS_{where.upper()}: {first['msg']}")
+    except KeyboardInterrupt:
+        fail("interrupted", 130)
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return text or type(exc).__name__
+
+
+def settings() -> AgentRunsSettings:
+    return AgentRunsSettings()
+
+
+@contextmanager
+def database(config: AgentRunsSettings, data_dir: Path | None = None) -> Iterator[str]:
+    """The configured URL, or an embedded PostgreSQL in ``data_dir`` (and say so on stderr)."""
+    if config.database_url:
+        yield config.database_url
+        return
+    folder = data_dir or DEFAULT_DATA_DIR
+    err.print(
+        f"agentruns: AGENTRUNS_DATABASE_URL is not set: using the embedded PostgreSQL in {folder}/",
+        markup=False,
+    )
+    with composition.embedded_database(folder) as url:
+        yield url
+
+
+def postgres_container(
+    config: AgentRunsSettings, url: str, kinds: RunKinds | None = None
+) -> AgentRunsContainer:
+    """A container on the PostgreSQL at ``url`` (checked: reachable and migrated)."""
+    composition.check_database(url)
+    built = AgentRunsContainer()
+    built.settings.override(providers.Object(config.model_copy(update={"database_url": url})))
+    if kinds is not None:
+        built.kinds.override(providers.Object(kinds))
+    composition.use_postgres(built, url)
+    return built
+
+
+def load_kinds(refs: Iterable[str]) -> RunKinds:
+    """Kinds named ``module:object``; the object is a RunKinds, a RunKind, an iterable of
+    RunKind, or a callable without arguments that returns one of those."""
+    registry = RunKinds()
+    for ref in refs:
+        for kind in _kinds_of(ref):
+            registry.register(kind)
+    return registry
+
+
+def _kinds_of(ref: str) -> list[RunKind]:
+    module_name, sep, attribute = ref.partition(":")
+    if not sep or not module_name or not attribute:
+        raise CliError(f"--kinds takes module:object, not {ref!r}")
+    try:
+        module = importlib.import_module(module_name)
+    except ImportError as exc:
+        raise CliError(f"cannot import {module_name!r} for --kinds {ref}: {exc}") from exc
+    found: object = module
+    for part in attribute.split("."):
+        try:
+            found = getattr(found, part)
+        except AttributeError:
+            raise CliError(f"{module_name!r} has no {attribute!r} (--kinds {ref})") from None
+    if callable(found) and not isinstance(found, RunKinds | RunKind):
+        found = found()
+    if isinstance(found, RunKinds):
+        return [found.get(name) for name in found.names()]
+    if isinstance(found, RunKind):
+        return [found]
+    if isinstance(found, Iterable):
+        kinds = list(found)
+        if all(isinstance(kind, RunKind) for kind in kinds):
+            return [kind for kind in kinds if isinstance(kind, RunKind)]
+    raise CliError(f"--kinds {ref} is not a RunKinds, a RunKind or a list of RunKind")
+
+
+_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
+_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+
+
+def parse_duration(text: str) -> timedelta:
+    """``7d``, ``12h``, ``30m``, ``45s``, ``2w`` or plain seconds."""
+    match = _DURATION.match(text.lower())
+    if match is None:
+        raise typer.BadParameter(f"{text!r} is not a duration like 7d, 12h, 30m or 45s")
+    return timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[match.group(2)])
+
+
+def is_terminal() -> bool:
+    return sys.stdout.isatty()

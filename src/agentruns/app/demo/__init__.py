@@ -1,0 +1,1 @@
+"""``agentruns demo``: a mixed workload, worker processes, a reaper and injected faults."""

@@ -1,0 +1,92 @@
+"""The metrics port: what the worker and the reaper count, whatever records it.
+
+The default records nothing (:class:`NoMetrics`); the container swaps in the Prometheus adapter
+when a process exposes metrics. A lost lease is counted apart from a failure: it is not the
+work's fault, and an operator reads a rise in lost leases as slow steps or a stalled worker.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Mapping
+from typing import Protocol
+
+from agentruns.app.ports import TransactionScope
+from agentruns.app.stats import RunStats
+from agentruns.domain.bands import Band
+from agentruns.domain.states import AgentRunState
+from agentruns.domain.termination import TerminationReason
+
+log = logging.getLogger("agentruns.metrics")
+
+
+class Metrics(Protocol):
+    def claimed(self, count: int, seconds: float) -> None:
+        """One claim statement leased ``count`` runs and took ``seconds``."""
+        ...
+
+    def renewed(self, kind: str) -> None: ...
+
+    def lease_lost(self, kind: str) -> None:
+        """A holder found its lease gone (taken back, or cancelled) and stopped."""
+        ...
+
+    def taken_back(self, kind: str, requeued: bool) -> None:
+        """The reaper took back an expired lease: queued again, or ended."""
+        ...
+
+    def requeued(self, kind: str) -> None:
+        """A holder gave a failed run back to the queue (a charged requeue)."""
+        ...
+
+    def ended(self, kind: str, reason: TerminationReason) -> None: ...
+
+    def queue_depth(self, depths: Mapping[Band, int]) -> None:
+        """Queued runs by band, as last seen."""
+        ...
+
+
+class NoMetrics(Metrics):
+    """Records nothing: the default when no process exposes metrics."""
+
+    def claimed(self, count: int, seconds: float) -> None:
+        return None
+
+    def renewed(self, kind: str) -> None:
+        return None
+
+    def lease_lost(self, kind: str) -> None:
+        return None
+
+    def taken_back(self, kind: str, requeued: bool) -> None:
+        return None
+
+    def requeued(self, kind: str) -> None:
+        return None
+
+    def ended(self, kind: str, reason: TerminationReason) -> None:
+        return None
+
+    def queue_depth(self, depths: Mapping[Band, int]) -> None:
+        return None
+
+
+async def sample_queue_depth(
+    stats: RunStats, scope: TransactionScope, metrics: Metrics, stop: asyncio.Event, every: float
+) -> None:
+    """Set the queue depth gauge from the read model every ``every`` seconds until ``stop``."""
+    while not stop.is_set():
+        try:
+            async with scope.transaction() as tx:
+                status = await stats.status(tx)
+            metrics.queue_depth(
+                {band: status.total(AgentRunState.QUEUED, band=band) for band in Band}
+            )
+        except Exception:  # a metric must never stop the process it observes
+            log.exception("sampling the queue depth failed")
+        try:
+            async with asyncio.timeout(every):
+                await stop.wait()
+        except TimeoutError:
+            pass

@@ -1,0 +1,244 @@
+"""The gateway over HTTP: a sandbox's whole life, and every way a call is refused."""
+
+from __future__ import annotations
+
+import base64
+import json
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import httpx
+import jwt
+import pytest
+
+from agentruns.adapters.gateway import create_gateway
+from agentruns.domain.sandbox import AgentSandbox, SandboxState
+from agentruns.domain.states import AgentRunState
+from tests.contract.sandboxes.world import START, World
+
+
+@pytest.fixture
+async def http(world: World) -> AsyncIterator[httpx.AsyncClient]:
+    app = create_gateway(world.sandboxes, world.runs)
+    transport = httpx.ASGITransport(app=app)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gateway") as client:
+        yield client
+
+
+def bearer(token: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {token}"}
+
+
+async def started(world: World, subject: str = "task:1") -> tuple[AgentSandbox, str]:
+    sandbox = await world.sandboxes.ensure("coder", workspace="ws", subject=subject)
+    return sandbox, await world.token_of(sandbox)
+
+
+async def test_a_sandbox_lives_from_ensure_to_reaped_over_http(
+    world: World, http: httpx.AsyncClient
+) -> None:
+    """ensure -> claim -> first call -> next -> renew -> end -> idle -> reaped -> token refused."""
+    sandbox, token = await started(world)
+    assert world.cluster.names() == {sandbox.claim_name}
+    run = await world.runs.enqueue("code", workspace="ws", subject="task:1", payload={"n": 1})
+
+    world.clock.advance(timedelta(seconds=30))
+    hello = await http.get("/internal/agent/sandbox", headers=bearer(token))
+    assert hello.status_code == 200
+    assert hello.json()["state"] == "ready"
+    assert (await world.row(sandbox.id)).state is SandboxState.READY  # type: ignore[union-attr]
+
+    leased = await http.post("/internal/agent/next", headers=bearer(token))
+    assert leased.status_code == 200
+    lease = leased.json()
+    assert lease["run"]["id"] == str(run.id)
+    assert lease["run"]["payload"] == {"n": 1}
+    assert lease["fence"] == {"run_id": str(run.id), "workspace": "ws", "epoch": 1}
+
+    world.clock.advance(timedelta(seconds=20))
+    renewed = await http.post(
+        f"/internal/agent/runs/{run.id}/renew", headers=bearer(token), json={"epoch": 1}
+    )
+    assert renewed.status_code == 200
+    assert renewed.json()["leased_until"] == "2026-03-01T12:01:20Z"
+
+    ended = await http.post(
+        f"/internal/agent/runs/{run.id}/end",
+        headers=bearer(token),
+        json={"epoch": 1, "reason": "completed"},
+    )
+    assert ended.status_code == 200
+    assert ended.json()["state"] == "ended"
+    assert (await world.runs.get(run.id)).state is AgentRunState.ENDED
+
+    assert (await http.post("/internal/agent/next", headers=bearer(token))).status_code == 204
+    world.clock.advance(timedelta(seconds=39))  # a minute after its lease, less a second
+    assert (await world.reaper.tick()).taken_back == []
+    world.clock.advance(timedelta(seconds=1))
+    reap = await world.reaper.tick()
+    assert [s.id for s in reap.taken_back] == [sandbox.id]
+    assert reap.deleted == [sandbox.claim_name]
+    assert world.cluster.names() == set()
+    assert await world.row(sandbox.id) is None
+
+    refused = await http.post("/internal/agent/next", headers=bearer(token))
+    assert refused.status_code == 401
+    assert refused.json() == {"detail": "unauthorized"}
+
+
+def _unsigned(token: str) -> str:
+    header = base64.urlsafe_b64encode(json.dumps({"alg": "none", "kid": "k1"}).encode())
+    _, payload, _ = token.split(".")
+    return f"{header.rstrip(b'=').decode()}.{payload}."
+
+
+@pytest.mark.parametrize(
+    "spoil",
+    [
+        pytest.param(lambda token: None, id="missing"),
+        pytest.param(lambda token: {"Authorization": token}, id="no-scheme"),
+        pytest.param(lambda token: {"Authorization": "Basic " + token}, id="other-scheme"),
+        pytest.param(lambda token: bearer("garbage"), id="malformed"),
+        pytest.param(lambda token: bearer(token[:-2] + "AA"), id="forged-signature"),
+        pytest.param(lambda token: bearer(_unsigned(token)), id="alg-none"),
+        pytest.param(
+            lambda token: bearer(
+                jwt.encode(
+                    jwt.decode(token, options={"verify_signature": False}),
+                    b"x" * 32,
+                    algorithm="HS256",
+                    headers={"kid": "k1"},
+                )
+            ),
+            id="other-secret",
+        ),
+    ],
+)
+async def test_a_bad_token_gets_401_with_no_detail_and_writes_nothing(
+    world: World, http: httpx.AsyncClient, spoil: object
+) -> None:
+    """Every refusal looks the same; the sandbox stays REQUESTED and the run stays queued."""
+    sandbox, token = await started(world)
+    run = await world.runs.enqueue("code", workspace="ws", subject="task:1")
+    headers = spoil(token)  # type: ignore[operator]
+    for method, path in (("GET", "/sandbox"), ("POST", "/next")):
+        answer = await http.request(method, f"/internal/agent{path}", headers=headers)
+        assert answer.status_code == 401
+        assert answer.json() == {"detail": "unauthorized"}
+        assert answer.headers["WWW-Authenticate"] == "Bearer"
+    assert (await world.row(sandbox.id)).state is SandboxState.REQUESTED  # type: ignore[union-attr]
+    assert (await world.runs.get(run.id)).state is AgentRunState.QUEUED
+
+
+async def test_an_expired_token_gets_401(world: World, http: httpx.AsyncClient) -> None:
+    """At its sandbox's shutdown the token is refused."""
+    sandbox, token = await started(world)
+    world.clock.set(sandbox.shutdown_at)
+    answer = await http.get("/internal/agent/sandbox", headers=bearer(token))
+    assert answer.status_code == 401
+    assert answer.json() == {"detail": "unauthorized"}
+
+
+async def test_a_revoked_token_gets_401_before_the_reaper_runs(
+    world: World, http: httpx.AsyncClient
+) -> None:
+    """Taking the sandbox back stops its token at once, while the claim still exists."""
+    sandbox, token = await started(world)
+    assert (await http.get("/internal/agent/sandbox", headers=bearer(token))).status_code == 200
+    await world.sandboxes.take_back(sandbox.id)
+    answer = await http.post("/internal/agent/next", headers=bearer(token))
+    assert answer.status_code == 401
+    assert answer.json() == {"detail": "unauthorized"}
+
+
+async def test_a_bad_body_gets_422_and_writes_nothing(
+    world: World, http: httpx.AsyncClient
+) -> None:
+    """Bodies are validated before anything is written; the lease is untouched."""
+    _, token = await started(world)
+    run = await world.runs.enqueue("code", workspace="ws", subject="task:1")
+    lease = (await http.post("/internal/agent/next", headers=bearer(token))).json()
+    before = await world.runs.get(run.id)
+    world.clock.advance(timedelta(seconds=5))
+    for path, body in (
+        ("renew", {}),
+        ("renew", {"epoch": "1"}),
+        ("renew", {"epoch": 0}),
+        ("renew", {"epoch": 1, "extra": True}),
+        ("end", {"epoch": 1}),
+        ("end", {"epoch": 1, "reason": "retries_exhausted"}),
+    ):
+        answer = await http.post(
+            f"/internal/agent/runs/{run.id}/{path}", headers=bearer(token), json=body
+        )
+        assert answer.status_code == 422, (path, body)
+    bad_id = await http.post(
+        "/internal/agent/runs/not-a-uuid/renew", headers=bearer(token), json={"epoch": 1}
+    )
+    assert bad_id.status_code == 422
+    assert await world.runs.get(run.id) == before
+    assert lease["fence"]["epoch"] == 1
+
+
+async def test_a_bad_token_is_refused_before_its_body_is_read(
+    world: World, http: httpx.AsyncClient
+) -> None:
+    """An unauthenticated caller learns nothing about the bodies the gateway takes."""
+    run = await world.runs.enqueue("code", workspace="ws", subject="task:1")
+    answer = await http.post(
+        f"/internal/agent/runs/{run.id}/renew", headers=bearer("nope"), json={"bad": 1}
+    )
+    assert answer.status_code == 401
+
+
+async def test_a_stale_or_foreign_fence_gets_409(world: World, http: httpx.AsyncClient) -> None:
+    """Another epoch, or a run another sandbox holds, is a lease that does not hold."""
+    _, token = await started(world)
+    _, other = await started(world, "task:2")
+    run = await world.runs.enqueue("code", workspace="ws", subject="task:1")
+    assert (await http.post("/internal/agent/next", headers=bearer(token))).status_code == 200
+    stale = await http.post(
+        f"/internal/agent/runs/{run.id}/renew", headers=bearer(token), json={"epoch": 2}
+    )
+    assert stale.status_code == 409
+    foreign = await http.post(
+        f"/internal/agent/runs/{run.id}/end",
+        headers=bearer(other),
+        json={"epoch": 1, "reason": "cancelled"},
+    )
+    assert foreign.status_code == 409
+    assert (await world.runs.get(run.id)).state is AgentRunState.LEASED
+
+
+async def test_an_expired_lease_cannot_be_renewed(world: World, http: httpx.AsyncClient) -> None:
+    """The sandbox renews too late: 409, and the reaper may take the run back."""
+    _, token = await started(world)
+    run = await world.runs.enqueue("code", workspace="ws", subject="task:1")
+    assert (await http.post("/internal/agent/next", headers=bearer(token))).status_code == 200
+    world.clock.advance(timedelta(seconds=30))
+    late = await http.post(
+        f"/internal/agent/runs/{run.id}/renew", headers=bearer(token), json={"epoch": 1}
+    )
+    assert late.status_code == 409
+
+
+async def test_tokens_are_taken_only_under_internal_agent(
+    world: World, http: httpx.AsyncClient
+) -> None:
+    """No other path exists on the gateway, with or without a token."""
+    _, token = await started(world)
+    for path in ("/", "/internal", "/internal/agents/next", "/api/runs", "/docs", "/openapi.json"):
+        assert (await http.get(path, headers=bearer(token))).status_code == 404, path
+
+
+async def test_a_sandbox_that_only_polls_is_ready_but_never_used(
+    world: World, http: httpx.AsyncClient
+) -> None:
+    """204s mark it READY but leave last_used_at unset, so it still goes idle."""
+    sandbox, token = await started(world)
+    assert (await http.post("/internal/agent/next", headers=bearer(token))).status_code == 204
+    row = await world.row(sandbox.id)
+    assert row is not None
+    assert row.state is SandboxState.READY
+    assert row.ready_at == START
+    assert row.last_used_at is None

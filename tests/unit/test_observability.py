@@ -1,0 +1,147 @@
+"""Structured logs and Prometheus metrics: what an operator reads about runs."""
+
+from __future__ import annotations
+
+import io
+import json
+import logging
+import subprocess
+import sys
+from collections.abc import Iterator
+from datetime import timedelta
+
+import pytest
+from dependency_injector import providers
+from prometheus_client import CollectorRegistry
+
+from agentruns.adapters.prometheus import PrometheusMetrics
+from agentruns.app.demo.kinds import scripted_steps
+from agentruns.app.kinds import RunKind
+from agentruns.app.logs import configure_logging
+from agentruns.domain.backoff import Backoff
+from agentruns.domain.bands import Band
+from agentruns.domain.kinds import RunKindPolicy
+from agentruns.domain.termination import TerminationReason
+from agentruns.testing import harness
+
+KIND = RunKind(
+    RunKindPolicy(
+        name="chat",
+        lease=timedelta(seconds=30),
+        backoff=Backoff(base=timedelta(seconds=1), jitter=0.0),
+        retry_budget=1,
+    ),
+    scripted_steps,
+)
+
+
+@pytest.fixture(autouse=True)
+def _restore_logging() -> Iterator[None]:
+    """configure_logging changes the process-wide agentruns logger; put it back."""
+    logger = logging.getLogger("agentruns")
+    handlers, level, propagate = list(logger.handlers), logger.level, logger.propagate
+    yield
+    logger.handlers[:] = handlers
+    logger.setLevel(level)
+    logger.propagate = propagate
+
+
+def _value(registry: CollectorRegistry, name: str, **labels: str) -> float:
+    return registry.get_sample_value(name, labels) or 0.0
+
+
+def test_json_lines_carry_every_extra_field() -> None:
+    stream = io.StringIO()
+    configure_logging(format="json", stream=stream)
+    logging.getLogger("agentruns.worker").info(
+        "run %s", "completed", extra={"run_id": "r1", "kind": "chat", "epoch": 2}
+    )
+    line = json.loads(stream.getvalue())
+    assert line["msg"] == "run completed"
+    assert (line["run_id"], line["kind"], line["epoch"]) == ("r1", "chat", 2)
+
+
+def test_key_value_lines_quote_values_with_spaces() -> None:
+    stream = io.StringIO()
+    configure_logging(format="kv", stream=stream)
+    logging.getLogger("agentruns.reaper").warning("lease taken back", extra={"subject": "a b"})
+    line = stream.getvalue().strip()
+    assert 'msg="lease taken back"' in line
+    assert 'subject="a b"' in line
+
+
+async def test_every_worker_line_about_a_run_names_the_run() -> None:
+    stream = io.StringIO()
+    configure_logging(format="json", stream=stream)
+    test = harness(KIND)
+    await test.runs.enqueue("chat", workspace="acme", subject="c:1", payload={"steps": 1})
+    await test.runs.enqueue("chat", workspace="acme", subject="c:2", payload={"fail": 401})
+    await test.drain()
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    about_runs = [line for line in lines if line["logger"] == "agentruns.worker"]
+    assert about_runs
+    for line in about_runs:
+        assert {"run_id", "kind", "workspace", "subject", "epoch"} <= line.keys()
+
+
+async def test_prometheus_counts_claims_renewals_ends_requeues_and_depth() -> None:
+    metrics = PrometheusMetrics()
+    test = harness(KIND)
+    test.container.metrics.override(providers.Object(metrics))
+    test.worker = test.container.worker(holder="test-worker")
+    await test.runs.enqueue("chat", workspace="acme", subject="c:1", payload={"steps": 2})
+    await test.runs.enqueue(
+        "chat", workspace="acme", subject="c:2", payload={"fail": 503, "fail_attempts": 1}
+    )
+    await test.runs.enqueue("chat", workspace="acme", subject="c:3", payload={"fail": 401})
+    await test.drain()
+    metrics.queue_depth({Band.BATCH: 4})
+
+    registry = metrics.registry
+    assert _value(registry, "agentruns_claims_total") == 4
+    assert _value(registry, "agentruns_claim_seconds_count") >= 1
+    assert _value(registry, "agentruns_renewals_total", kind="chat") >= 2
+    assert _value(registry, "agentruns_requeues_total", kind="chat") == 1
+    completed = str(TerminationReason.COMPLETED)
+    assert _value(registry, "agentruns_ends_total", kind="chat", reason=completed) == 2
+    not_retryable = str(TerminationReason.NOT_RETRYABLE)
+    assert _value(registry, "agentruns_ends_total", kind="chat", reason=not_retryable) == 1
+    assert _value(registry, "agentruns_queue_depth", band="batch") == 4
+    assert _value(registry, "agentruns_queue_depth", band="interactive") == 0
+
+
+async def test_a_lost_lease_is_counted_apart_from_a_failure() -> None:
+    metrics = PrometheusMetrics()
+    test = harness(KIND)
+    test.container.metrics.override(providers.Object(metrics))
+    test.container.reaper.reset()  # the harness built one before the override
+    reaper = test.container.reaper()
+    worker = test.container.worker(holder="slow-worker")
+    run = await test.runs.enqueue("chat", workspace="acme", subject="c:1", payload={"steps": 2})
+    [claimed] = await test.runs.claim("slow-worker")
+    test.clock.advance(timedelta(seconds=31))
+    await reaper.tick()
+    outcome = await worker.drive(claimed)
+
+    registry = metrics.registry
+    assert str(outcome) == "lease_lost"
+    assert _value(registry, "agentruns_leases_lost_total", kind="chat") == 1
+    assert _value(registry, "agentruns_take_backs_total", kind="chat", to="queued") == 1
+    assert _value(registry, "agentruns_requeues_total", kind="chat") == 0
+    for reason in TerminationReason:
+        assert _value(registry, "agentruns_ends_total", kind="chat", reason=str(reason)) == 0
+    assert (await test.runs.get(run.id)).epoch == 1
+
+
+def test_the_memory_profile_imports_no_driver_and_no_metrics_client() -> None:
+    """A host testing in memory (maybe installed without extras) imports neither."""
+    probe = (
+        "import sys, agentruns.testing, agentruns.app.container as c;"
+        "c.AgentRunsContainer().runs();"
+        "print(sorted(m for m in ('psycopg', 'sqlalchemy', 'prometheus_client', 'typer')"
+        " if m in sys.modules))"
+    )
+    found = subprocess.run(
+        [sys.executable, "-c", probe], capture_output=True, text=True, check=True
+    ).stdout.strip()
+    assert found == "[]"
