@@ -35,6 +35,7 @@ END = _text(sql.END_FENCED)
 
 async def _claimer(url: str, batch: int, holder: str) -> int:
     done = 0
+    idle = 0
     claim_conn = await psycopg.AsyncConnection.connect(url, autocommit=True)
     settle_conn = await psycopg.AsyncConnection.connect(url)
     try:
@@ -47,13 +48,19 @@ async def _claimer(url: str, batch: int, holder: str) -> int:
                 },
                 prepare=True,
             )  # fmt: skip
-            claimed = await cur.fetchall()
-            if not claimed:
-                return done
             names = [d.name for d in cur.description or ()]
+            rows = [dict(zip(names, row, strict=True)) for row in await cur.fetchall()]
+            # The claim answers one row per leased run, or one row with no run and the number
+            # of candidates it ranked ("offered"): none offered means nothing left for us.
+            claimed = [run for run in rows if run["id"] is not None]
+            if not claimed:
+                idle += 1
+                if not rows or not rows[0].get("offered") or idle > 1000:
+                    return done
+                continue  # every candidate was held by another claimer: claim again
+            idle = 0
             async with settle_conn.pipeline(), settle_conn.transaction():
-                for row in claimed:
-                    run = dict(zip(names, row, strict=True))
+                for run in claimed:
                     fence = {
                         "now": None,
                         "run_id": run["id"],
