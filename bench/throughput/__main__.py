@@ -164,7 +164,7 @@ async def measure(server: BenchServer, setting: Setting, jobs: int) -> tuple[flo
 
 def _load() -> str:
     try:
-        return Path("/proc/loadavg").read_text().split(" ", 3)[:3].__str__()
+        return " ".join(Path("/proc/loadavg").read_text().split(" ", 3)[:3])
     except OSError:
         return "?"
 
