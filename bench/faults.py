@@ -113,6 +113,7 @@ class FaultRun:
         self.generation = 0
         self.kills: list[Kill] = []
         self.doubles: set[str] = set()
+        self.undue: set[str] = set()  # runs ever seen queued without a due time
         self.samples = 0
         self.crashes: list[str] = []
         self.restarts_done: list[float] = []
@@ -167,6 +168,10 @@ class FaultRun:
             "GROUP BY subject HAVING count(*) > 1"
         ):
             self.doubles.add(subject)
+        for (run,) in await self.query(
+            "SELECT id::text FROM agent_run WHERE state = 'queued' AND due_at IS NULL"
+        ):
+            self.undue.add(run)
         waiting = {
             run: kill
             for kill in self.kills
@@ -356,7 +361,7 @@ async def verdict(run: FaultRun, finished: bool) -> tuple[dict[str, Any], list[s
         "event epochs going backwards": backwards,
         "subjects seen with two leased runs": sorted(run.doubles),
         "table samples taken": run.samples,
-        "runs queued without due time": no_due,
+        "runs queued without due time (at the end / ever sampled)": f"{no_due} / {len(run.undue)}",
         "workers SIGKILLed": len(run.kills),
         "their leased runs": killed_runs,
         "of those leased again": len(relets),
@@ -379,8 +384,8 @@ async def verdict(run: FaultRun, finished: bool) -> tuple[dict[str, Any], list[s
         violations.append(f"{len(run.doubles)} subjects seen with two leased runs")
     if backwards:
         violations.append(f"{backwards} events written under an older epoch than an earlier one")
-    if no_due:
-        violations.append(f"{no_due} runs queued without a due time")
+    if no_due or run.undue:
+        violations.append(f"{max(no_due, len(run.undue))} runs queued without a due time")
     if run.crashes:
         violations.append(f"{len(run.crashes)} processes died on their own: {run.crashes}")
     if sum(attempted.values()) == 0 and run.config.runs >= 10 * run.config.zombie_every:
