@@ -23,6 +23,7 @@ so a refused call writes nothing.
 # No ``from __future__ import annotations`` here: FastAPI reads the route signatures at runtime,
 # and the token dependency is a closure over the use cases.
 import asyncio
+import math
 import socket
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
@@ -234,7 +235,8 @@ async def serve(
         ws="none",
         log_config=None,
         access_log=False,
-        timeout_graceful_shutdown=int(grace) if grace is not None else None,
+        # Whole seconds, rounded up: uvicorn's 0 cancels calls in flight at once.
+        timeout_graceful_shutdown=math.ceil(grace) if grace is not None else None,
     )
     server = _Server(config)
     serving = asyncio.create_task(server.serve(sockets=[sock]))
