@@ -9,7 +9,6 @@ from typing import Annotated
 import typer
 
 from agentruns.app import container as composition
-from agentruns.app.cli.operate import required_kinds, stop_on_signals
 from agentruns.app.cli.root import DataDir, KindRefs, SandboxesRef, app
 from agentruns.app.cli.support import (
     CliError,
@@ -17,7 +16,9 @@ from agentruns.app.cli.support import (
     guarded,
     load_sandboxes,
     postgres_container,
+    required_kinds,
     settings,
+    stop_on_signals,
 )
 from agentruns.app.container import AgentRunsContainer
 

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 from typing import Annotated
 
 import typer
@@ -15,13 +14,13 @@ from agentruns.app.cli.support import (
     CliError,
     database,
     guarded,
-    load_kinds,
     load_sandboxes,
     postgres_container,
+    required_kinds,
     settings,
+    stop_on_signals,
 )
 from agentruns.app.container import AgentRunsContainer, default_holder
-from agentruns.app.kinds import RunKinds
 from agentruns.app.metrics import sample_queue_depth
 
 log = logging.getLogger("agentruns.cli")
@@ -58,19 +57,6 @@ def db_current(data_dir: DataDir = None) -> None:
 
 
 # -- worker and reaper ----------------------------------------------------------------------
-
-
-def stop_on_signals(stop: asyncio.Event) -> None:
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-
-
-def required_kinds(refs: list[str] | None) -> RunKinds:
-    registry = load_kinds(refs or [])
-    if not registry.names():
-        raise CliError("no run kinds: pass --kinds module:object")
-    return registry
 
 
 def _with_metrics(built: AgentRunsContainer, port: int | None) -> None:

@@ -3,8 +3,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import re
+import signal
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -95,6 +97,20 @@ def postgres_container(
         composition.use_sandboxes(built, sandboxes)
     composition.use_postgres(built, url)
     return built
+
+
+def required_kinds(refs: list[str] | None) -> RunKinds:
+    registry = load_kinds(refs or [])
+    if not registry.names():
+        raise CliError("no run kinds: pass --kinds module:object")
+    return registry
+
+
+def stop_on_signals(stop: asyncio.Event) -> None:
+    """SIGTERM and SIGINT set ``stop``: a long-running command stops gracefully on either."""
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
 
 
 def load_kinds(refs: Iterable[str]) -> RunKinds:
