@@ -5,13 +5,23 @@ from __future__ import annotations
 import sys
 import types
 from collections.abc import Iterator
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 import typer
 
-from agentruns.app.cli.support import CliError, guarded, load_kinds, parse_duration
+from agentruns.adapters.memory import MemorySandboxClaims
+from agentruns.adapters.tokens import SigningKey
+from agentruns.app.cli.support import (
+    CliError,
+    guarded,
+    load_kinds,
+    load_sandboxes,
+    parse_duration,
+)
+from agentruns.app.container import SandboxHosting
 from agentruns.app.demo.kinds import CHAT, DIGEST, REVIEW, demo_kinds
+from agentruns.app.sandboxes import AgentSandboxKind
 from agentruns.domain.errors import StoreUnavailable
 
 
@@ -106,3 +116,50 @@ def test_a_bug_is_not_hidden_behind_one_line() -> None:
 
     with pytest.raises(KeyError):
         guarded(buggy)
+
+
+@pytest.fixture
+def sandbox_module() -> Iterator[str]:
+    """A host module exposing its sandboxes in each shape, and a few that are not."""
+    module = types.ModuleType("host_sandboxes_for_test")
+    key = SigningKey("k", b"k" * 32, not_after=datetime(2100, 1, 1, tzinfo=UTC))
+
+    def hosting(*drives: str) -> SandboxHosting:
+        kind = AgentSandboxKind("reviewer", runs=drives, warm_pool="pool")
+        return SandboxHosting(kinds=[kind], keys=[key], claims=MemorySandboxClaims())
+
+    def refusing() -> SandboxHosting:
+        return SandboxHosting(kinds=[], keys=[key], claims=MemorySandboxClaims())
+
+    module.HOSTING = hosting(REVIEW)  # type: ignore[attr-defined]
+    module.build = lambda: hosting(REVIEW)  # type: ignore[attr-defined]
+    module.STRANGER = hosting("agent.unknown")  # type: ignore[attr-defined]
+    module.refusing = refusing  # type: ignore[attr-defined]
+    module.NOT_HOSTING = demo_kinds()  # type: ignore[attr-defined]
+    sys.modules[module.__name__] = module
+    yield module.__name__
+    del sys.modules[module.__name__]
+
+
+@pytest.mark.parametrize("attribute", ["HOSTING", "build"])
+def test_sandboxes_load_from_a_hosting_or_a_factory(sandbox_module: str, attribute: str) -> None:
+    hosting = load_sandboxes(f"{sandbox_module}:{attribute}", demo_kinds())
+    assert [kind.name for kind in hosting.kinds] == ["reviewer"]
+
+
+@pytest.mark.parametrize(
+    ("reference", "fragment"),
+    [
+        ("no_colon", "--sandboxes takes module:object"),
+        ("no_such_module_anywhere:HOSTING", "cannot import"),
+        ("{module}:MISSING", "has no 'MISSING' \\(--sandboxes"),
+        ("{module}:NOT_HOSTING", "is not a SandboxHosting"),
+        ("{module}:STRANGER", "run kind 'agent.unknown', which --kinds does not register"),
+        ("{module}:refusing", "at least one sandbox kind"),
+    ],
+)
+def test_a_bad_sandboxes_reference_says_what_is_wrong(
+    sandbox_module: str, reference: str, fragment: str
+) -> None:
+    with pytest.raises(CliError, match=fragment):
+        load_sandboxes(reference.format(module=sandbox_module), demo_kinds())

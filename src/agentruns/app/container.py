@@ -6,17 +6,21 @@ The ``profile`` chooses the adapter family: ``memory`` or ``postgres``.
 
 Sandboxes need what only the host knows: it provides ``sandbox_claims`` (a
 ``KubernetesSandboxClaims`` over its cluster client), ``sandbox_tokens`` (its signing keys),
-``sandbox_kinds`` and ``gateway_url``, then takes ``sandboxes`` and ``sandbox_reaper``.
+``sandbox_kinds`` and ``gateway_url``, then takes ``sandboxes`` and ``sandbox_reaper``. The
+commands take the first three as one :class:`SandboxHosting` (``--sandboxes module:object``).
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 import socket
 import uuid
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from dependency_injector import containers, providers
 
@@ -31,11 +35,14 @@ from agentruns.app.reaper import AgentRunReaper
 from agentruns.app.runs import AgentRuns
 from agentruns.app.sandbox_ports import SandboxClaims, SandboxStore, SandboxTokens
 from agentruns.app.sandbox_reaper import AgentSandboxReaper, sandbox_timings
-from agentruns.app.sandboxes import AgentSandboxes
+from agentruns.app.sandboxes import AgentSandboxes, AgentSandboxKind
 from agentruns.app.settings import AgentRunsSettings
 from agentruns.app.stats import RunStats
 from agentruns.app.worker import Worker
 from agentruns.domain.errors import StoreUnavailable
+
+if TYPE_CHECKING:
+    from agentruns.adapters.tokens import SigningKey
 
 # The PostgreSQL and Prometheus adapters are imported when first used, so a host on the memory
 # profile imports no driver, and one installed without the `cli` extra imports no
@@ -242,3 +249,74 @@ def serve_metrics(metrics: Metrics, port: int) -> None:
     if not isinstance(metrics, PrometheusMetrics):
         raise TypeError("only the Prometheus metrics backend can be served")
     serve(metrics, port)
+
+
+# Sandboxes for the commands: the gateway and the reaper take what only the host knows from one
+# object, and the command line never names the adapters behind it.
+
+
+@dataclass(frozen=True, slots=True)
+class SandboxHosting:
+    """What a host provides so the ``gateway`` and ``reaper`` commands can serve its sandboxes:
+    its sandbox kinds, the keys its tokens are signed with (newest live key signs; every live key
+    verifies), and the claims adapter of its cluster (``KubernetesSandboxClaims``, or
+    ``MemorySandboxClaims`` in tests).
+
+    The gateway URL a claim hands a new sandbox stays with the process that calls
+    ``AgentSandboxes.ensure``: the gateway and the reaper create no claim.
+    """
+
+    kinds: Sequence[AgentSandboxKind]
+    keys: Sequence[SigningKey]
+    claims: SandboxClaims
+
+    def __post_init__(self) -> None:
+        # Checked here so a host's mistake is one line when the command starts, not at a call.
+        object.__setattr__(self, "kinds", tuple(self.kinds))
+        object.__setattr__(self, "keys", tuple(self.keys))
+        names = [kind.name for kind in self.kinds]
+        if not names:
+            raise ValueError("sandbox hosting needs at least one sandbox kind")
+        if len(set(names)) != len(names):
+            raise ValueError(f"a sandbox kind is given twice among {sorted(names)}")
+        kids = [key.kid for key in self.keys]
+        if not kids:
+            raise ValueError("sandbox hosting needs at least one signing key")
+        if len(set(kids)) != len(kids):
+            raise ValueError(f"a signing key id is given twice among {sorted(kids)}")
+
+
+def use_sandboxes(
+    container: AgentRunsContainer, hosting: SandboxHosting, *, gateway_url: str = ""
+) -> None:
+    """Provide the host's sandbox kinds, claims and keys to ``container`` (tokens on its clock).
+
+    Without ``gateway_url`` the container serves and reaps sandboxes but creates none:
+    ``AgentSandboxes.ensure`` refuses when it has no URL to hand a new sandbox.
+    """
+    from agentruns.adapters.tokens import JwtSandboxTokens
+
+    container.sandbox_kinds.override(providers.Object(hosting.kinds))
+    container.sandbox_claims.override(providers.Object(hosting.claims))
+    container.sandbox_tokens.override(
+        providers.Singleton(JwtSandboxTokens, list(hosting.keys), container.clock)
+    )
+    container.gateway_url.override(providers.Object(gateway_url))
+
+
+async def serve_gateway(
+    container: AgentRunsContainer,
+    host: str,
+    port: int,
+    stop: asyncio.Event,
+    started: Callable[[str], None],
+) -> None:
+    """Serve the sandbox gateway over ``container``'s use cases on ``host:port`` until ``stop``
+    is set, then let calls in flight finish within ``shutdown_grace``. ``started`` gets the URL
+    once the port is bound (``port`` 0 picks a free one); a port that cannot be bound raises
+    :class:`OSError` before anything is served."""
+    from agentruns.adapters.gateway import create_gateway, serve
+
+    app = create_gateway(container.sandboxes(), container.runs())
+    grace = container.settings().shutdown_grace.total_seconds()
+    await serve(app, host, port, stop, started=started, grace=grace)

@@ -66,6 +66,16 @@ class AgentSandboxReaper:
         reap = SandboxReap()
         async with self._scope.transaction() as tx:
             reap.taken_back = await self._store.take_back_due(tx, self._timings, self._batch)
+        for sandbox in reap.taken_back:
+            log.info(
+                "sandbox taken back",
+                extra={
+                    "sandbox_id": str(sandbox.id),
+                    "kind": sandbox.kind,
+                    "workspace": sandbox.workspace,
+                    "subject": sandbox.subject,
+                },
+            )
         await self._delete_taken_back(reap)
         await self._sweep_orphans(reap)
         return reap

@@ -123,6 +123,9 @@ class AgentSandboxes:
         sandbox_kind = self.kind(kind)
         if not workspace or not subject:
             raise InvalidRequest("a sandbox needs a workspace and a subject")
+        if not self._gateway_url:
+            # A process that only serves the gateway or reaps is built without one.
+            raise SandboxError("no gateway URL to hand a new sandbox: this process creates none")
         async with self._scope.transaction() as tx:
             now = await self._store.now(tx)
             live = await self._store.live_of_subject(tx, subject)

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from agentruns.app.cli import demo, inspection, operate
+from agentruns.app.cli import demo, gateway, inspection, operate
 from agentruns.app.cli.root import app
 
-__all__ = ["app", "demo", "inspection", "main", "operate"]
+__all__ = ["app", "demo", "gateway", "inspection", "main", "operate"]
 
 
 def main() -> None:

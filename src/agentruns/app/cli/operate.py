@@ -4,23 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import logging
-import signal
 from typing import Annotated
 
 import typer
 
 from agentruns.app import container as composition
-from agentruns.app.cli.root import DataDir, KindRefs, app, db_app, out
+from agentruns.app.cli.root import DataDir, KindRefs, SandboxesRef, app, db_app, out
 from agentruns.app.cli.support import (
     CliError,
     database,
     guarded,
-    load_kinds,
+    load_sandboxes,
     postgres_container,
+    required_kinds,
     settings,
+    stop_on_signals,
 )
 from agentruns.app.container import AgentRunsContainer, default_holder
-from agentruns.app.kinds import RunKinds
 from agentruns.app.metrics import sample_queue_depth
 
 log = logging.getLogger("agentruns.cli")
@@ -59,19 +59,6 @@ def db_current(data_dir: DataDir = None) -> None:
 # -- worker and reaper ----------------------------------------------------------------------
 
 
-def _stop_on_signals(stop: asyncio.Event) -> None:
-    loop = asyncio.get_running_loop()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(signum, stop.set)
-
-
-def _required_kinds(refs: list[str] | None) -> RunKinds:
-    registry = load_kinds(refs or [])
-    if not registry.names():
-        raise CliError("no run kinds: pass --kinds module:object")
-    return registry
-
-
 def _with_metrics(built: AgentRunsContainer, port: int | None) -> None:
     if port is not None:
         built.metrics_backend.override("prometheus")
@@ -96,7 +83,7 @@ def worker(
 
     def body() -> None:
         config = settings()
-        registry = _required_kinds(kinds)
+        registry = required_kinds(kinds)
         if concurrency is not None:
             # The settings size the connection pool for the worker's slots.
             config = config.model_copy(update={"worker_concurrency": concurrency})
@@ -112,7 +99,7 @@ async def _work(built: AgentRunsContainer, holder: str) -> None:
     config = built.settings()
     running = built.worker(holder=holder)
     stop = asyncio.Event()
-    _stop_on_signals(stop)
+    stop_on_signals(stop)
     sampler = asyncio.create_task(
         sample_queue_depth(built.run_stats(), built.stores().scope, built.metrics(), stop, 5.0)
     )
@@ -136,6 +123,7 @@ async def _work(built: AgentRunsContainer, holder: str) -> None:
 @app.command()
 def reaper(
     kinds: KindRefs = None,
+    sandboxes: SandboxesRef = None,
     every: Annotated[
         float | None, typer.Option(help="Seconds between ticks [default: lease renewal]")
     ] = None,
@@ -144,28 +132,35 @@ def reaper(
     ] = None,
     data_dir: DataDir = None,
 ) -> None:
-    """Take back expired leases and end overdue runs, every tick, until SIGTERM or SIGINT."""
+    """Take back expired leases and end overdue runs, every tick, until SIGTERM or SIGINT; with
+    --sandboxes, take back and delete the host's idle, unstarted and expired sandboxes too."""
 
     def body() -> None:
         config = settings()
-        registry = _required_kinds(kinds)
+        registry = required_kinds(kinds)
+        hosting = load_sandboxes(sandboxes, registry) if sandboxes is not None else None
         with database(config, data_dir) as url:
-            built = postgres_container(config, url, registry)
+            built = postgres_container(config, url, registry, hosting)
             _with_metrics(built, metrics_port)
-            asyncio.run(_reap(built, every or config.lease_renewal.total_seconds()))
+            tick = every or config.lease_renewal.total_seconds()
+            asyncio.run(_reap(built, tick, sandboxes=hosting is not None))
 
     guarded(body)
 
 
-async def _reap(built: AgentRunsContainer, every: float) -> None:
+async def _reap(built: AgentRunsContainer, every: float, *, sandboxes: bool) -> None:
     stop = asyncio.Event()
-    _stop_on_signals(stop)
+    stop_on_signals(stop)
     sampler = asyncio.create_task(
         sample_queue_depth(built.run_stats(), built.stores().scope, built.metrics(), stop, 5.0)
     )
-    log.info("reaper started", extra={"every": every})
+    log.info("reaper started", extra={"every": every, "sandboxes": sandboxes})
     try:
-        await built.reaper().run(stop, every=every)
+        # Both on the same tick and stop: neither needs a leader, so every replica runs both.
+        async with asyncio.TaskGroup() as reapers:
+            reapers.create_task(built.reaper().run(stop, every=every))
+            if sandboxes:
+                reapers.create_task(built.sandbox_reaper().run(stop, every=every))
     finally:
         stop.set()
         await sampler

@@ -42,6 +42,15 @@ KindRefs = Annotated[
     ),
 ]
 
+SandboxesRef = Annotated[
+    str | None,
+    typer.Option(
+        "--sandboxes",
+        help="The host's sandboxes, as module:object (a SandboxHosting, or a callable returning "
+        "one): its sandbox kinds, signing keys and claims adapter.",
+    ),
+]
+
 
 @app.callback()
 def _root(

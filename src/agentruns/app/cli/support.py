@@ -1,10 +1,12 @@
-"""What every command needs: settings, the database, kinds from ``module:object``, durations,
-and errors as one line."""
+"""What every command needs: settings, the database, kinds and sandboxes from
+``module:object``, durations, and errors as one line."""
 
 from __future__ import annotations
 
+import asyncio
 import importlib
 import re
+import signal
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -18,7 +20,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from agentruns.app import container as composition
-from agentruns.app.container import AgentRunsContainer
+from agentruns.app.container import AgentRunsContainer, SandboxHosting
 from agentruns.app.kinds import RunKind, RunKinds
 from agentruns.app.settings import AgentRunsSettings
 from agentruns.domain.errors import AgentRunsError
@@ -80,7 +82,10 @@ def database(config: AgentRunsSettings, data_dir: Path | None = None) -> Iterato
 
 
 def postgres_container(
-    config: AgentRunsSettings, url: str, kinds: RunKinds | None = None
+    config: AgentRunsSettings,
+    url: str,
+    kinds: RunKinds | None = None,
+    sandboxes: SandboxHosting | None = None,
 ) -> AgentRunsContainer:
     """A container on the PostgreSQL at ``url`` (checked: reachable and migrated)."""
     composition.check_database(url)
@@ -88,8 +93,24 @@ def postgres_container(
     built.settings.override(providers.Object(config.model_copy(update={"database_url": url})))
     if kinds is not None:
         built.kinds.override(providers.Object(kinds))
+    if sandboxes is not None:
+        composition.use_sandboxes(built, sandboxes)
     composition.use_postgres(built, url)
     return built
+
+
+def required_kinds(refs: list[str] | None) -> RunKinds:
+    registry = load_kinds(refs or [])
+    if not registry.names():
+        raise CliError("no run kinds: pass --kinds module:object")
+    return registry
+
+
+def stop_on_signals(stop: asyncio.Event) -> None:
+    """SIGTERM and SIGINT set ``stop``: a long-running command stops gracefully on either."""
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
 
 
 def load_kinds(refs: Iterable[str]) -> RunKinds:
@@ -102,20 +123,28 @@ def load_kinds(refs: Iterable[str]) -> RunKinds:
     return registry
 
 
-def _kinds_of(ref: str) -> list[RunKind]:
+def _resolve(ref: str, option: str) -> object:
+    """The object ``module:object`` names (a dotted attribute path is followed)."""
     module_name, sep, attribute = ref.partition(":")
     if not sep or not module_name or not attribute:
-        raise CliError(f"--kinds takes module:object, not {ref!r}")
+        raise CliError(f"{option} takes module:object, not {ref!r}")
     try:
         module = importlib.import_module(module_name)
-    except ImportError as exc:
-        raise CliError(f"cannot import {module_name!r} for --kinds {ref}: {exc}") from exc
+    except (ImportError, ValueError, TypeError) as exc:
+        # A host object that refuses its own arguments at import (a SandboxHosting without a
+        # key) is an operator's fix too: one line, like a module that is missing.
+        raise CliError(f"cannot import {module_name!r} for {option} {ref}: {exc}") from exc
     found: object = module
     for part in attribute.split("."):
         try:
             found = getattr(found, part)
         except AttributeError:
-            raise CliError(f"{module_name!r} has no {attribute!r} (--kinds {ref})") from None
+            raise CliError(f"{module_name!r} has no {attribute!r} ({option} {ref})") from None
+    return found
+
+
+def _kinds_of(ref: str) -> list[RunKind]:
+    found = _resolve(ref, "--kinds")
     if callable(found) and not isinstance(found, RunKinds | RunKind):
         found = found()
     if isinstance(found, RunKinds):
@@ -127,6 +156,29 @@ def _kinds_of(ref: str) -> list[RunKind]:
         if all(isinstance(kind, RunKind) for kind in kinds):
             return [kind for kind in kinds if isinstance(kind, RunKind)]
     raise CliError(f"--kinds {ref} is not a RunKinds, a RunKind or a list of RunKind")
+
+
+def load_sandboxes(ref: str, kinds: RunKinds) -> SandboxHosting:
+    """The host's sandboxes named ``module:object``: a :class:`SandboxHosting`, or a callable
+    without arguments that returns one. Every run kind its sandbox kinds drive must be among
+    ``kinds``, or a sandbox's calls would be refused one by one."""
+    found = _resolve(ref, "--sandboxes")
+    if callable(found) and not isinstance(found, SandboxHosting):
+        try:
+            found = found()
+        except (ValueError, TypeError) as exc:
+            raise CliError(f"--sandboxes {ref}: {exc}") from exc
+    if not isinstance(found, SandboxHosting):
+        raise CliError(f"--sandboxes {ref} is not a SandboxHosting")
+    registered = set(kinds.names())
+    for sandbox_kind in found.kinds:
+        for run_kind in sandbox_kind.runs:
+            if run_kind not in registered:
+                raise CliError(
+                    f"sandbox kind {sandbox_kind.name!r} drives run kind {run_kind!r}, "
+                    "which --kinds does not register"
+                )
+    return found
 
 
 _DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
