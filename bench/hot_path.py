@@ -62,9 +62,7 @@ async def latency(url: str) -> str:
             t0 = time.perf_counter()
             (run,) = await runs.claim("bench")
             t1 = time.perf_counter()
-            async with runs.transaction() as tx:
-                await runs.renew(run.fence, tx=tx)
-                await runs.append_event(run.fence, "step", {"n": 1}, tx=tx)
+            await runs.step_boundary(run.fence, "step", {"n": 1})
             t2 = time.perf_counter()
             await runs.end(run.fence, TerminationReason.COMPLETED)
             t3 = time.perf_counter()
@@ -131,9 +129,7 @@ async def claimers(url: str, count: int, total: int) -> str:
             if not claimed:
                 return
             run = claimed[0]
-            async with runs.transaction() as tx:
-                await runs.renew(run.fence, tx=tx)
-                await runs.append_event(run.fence, "step", {"n": 1}, tx=tx)
+            await runs.step_boundary(run.fence, "step", {"n": 1})
             await runs.end(run.fence, TerminationReason.COMPLETED)
             done += 1
 

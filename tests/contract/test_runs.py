@@ -262,6 +262,46 @@ async def test_events_are_appended_in_order_under_the_fence(runs: AgentRuns) -> 
     ]
 
 
+async def test_a_step_boundary_renews_the_lease_and_appends_in_order(
+    runs: AgentRuns, backend: Backend
+) -> None:
+    """One step boundary pushes the lease and appends the event, numbered after the others."""
+    await runs.enqueue("chat", workspace="acme", subject="c")
+    [run] = await runs.claim("w")
+    await runs.append_event(run.fence, "plan", {"n": 1})
+    backend.clock.advance(LEASE / 2)
+    event = await runs.step_boundary(run.fence, "act", {"n": 2})
+    assert (event.run_id, event.seq, event.epoch, event.type, event.data) == (
+        run.id,
+        2,
+        1,
+        "act",
+        {"n": 2},
+    )
+    renewed = await runs.get(run.id)
+    assert renewed.leased_until == backend.clock.now() + LEASE
+    assert [e.seq for e in await runs.events(run.id)] == [1, 2]
+
+
+async def test_a_step_boundary_under_a_lost_fence_appends_nothing(
+    runs: AgentRuns, backend: Backend
+) -> None:
+    """A stale epoch, an expired lease and an unknown run each refuse the whole boundary."""
+    await runs.enqueue("chat", workspace="acme", subject="c")
+    [first] = await runs.claim("w1")
+    await runs.requeue(first.fence, charged=False, delay=timedelta(0))
+    [second] = await runs.claim("w2")
+    with pytest.raises(StaleEpoch):
+        await runs.step_boundary(first.fence, "step", {"zombie": True})
+    with pytest.raises(RunNotFound):
+        await runs.step_boundary(AgentRunFence(uuid4(), "acme", 1), "step")
+    backend.clock.advance(LEASE * 2)
+    with pytest.raises(LeaseExpired):
+        await runs.step_boundary(second.fence, "step", {"late": True})
+    assert await runs.events(second.id) == []
+    assert (await runs.get(second.id)).leased_until == second.leased_until
+
+
 async def test_an_end_settles_the_run_and_an_ended_run_never_moves(runs: AgentRuns) -> None:
     await runs.enqueue("chat", workspace="acme", subject="c")
     [run] = await runs.claim("w")

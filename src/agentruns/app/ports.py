@@ -188,6 +188,14 @@ class EventLog(Protocol):
         self, tx: Transaction, fence: AgentRunFence, type: str, data: JsonObject
     ) -> RunEvent: ...
 
+    async def renew_and_append(
+        self, tx: Transaction, fence: AgentRunFence, type: str, data: JsonObject
+    ) -> RunEvent:
+        """A step boundary as one operation: renew the lease under ``fence`` (as
+        :meth:`RunStore.renew`) and append the event only if the renewal held; on a fence
+        that does not hold, raise as ``renew`` does and append nothing."""
+        ...
+
     async def list(self, tx: Transaction, run_id: UUID) -> list[RunEvent]: ...
 
 

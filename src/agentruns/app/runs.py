@@ -190,6 +190,17 @@ class AgentRuns:
         async with self.transaction(tx) as inner:
             return await self._stores.events.append(inner, fence, _name(type, "type"), checked)
 
+    async def step_boundary(
+        self, fence: AgentRunFence, type: str, data: object = None, *, tx: Transaction | None = None
+    ) -> RunEvent:
+        """Renew the lease and persist the step's event, as one store operation: the event is
+        appended only if the renewal held, so a zombie holder appends nothing."""
+        checked = validate_payload({} if data is None else data)
+        async with self.transaction(tx) as inner:
+            return await self._stores.events.renew_and_append(
+                inner, fence, _name(type, "type"), checked
+            )
+
     async def end(
         self, fence: AgentRunFence, reason: TerminationReason, *, tx: Transaction | None = None
     ) -> AgentRun:

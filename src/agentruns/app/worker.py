@@ -1,7 +1,8 @@
 """The worker runtime: claim runs, drive their steps, renew at every step boundary, recover.
 
-At each step boundary the lease is renewed first and the step's event appended after, in one
-transaction, so a holder that lost its lease never appends. A lost lease stops the run without
+At each step boundary the lease is renewed and the step's event appended in one store operation
+(one statement on PostgreSQL) that appends only if the renewal held, so a holder that lost its
+lease never appends. A lost lease stops the run without
 settling it (``LEASE_LOST``): it belongs to its new holder, or to the reaper. A failure is
 classified and the pure recovery decision applied: dead-letter, or a charged requeue after the
 kind's backoff.
@@ -79,9 +80,7 @@ class Worker:
         extra = _context(run)
         try:
             async for event in kind.steps(run):
-                async with self._runs.transaction() as tx:
-                    await self._runs.renew(fence, tx=tx)
-                    await self._runs.append_event(fence, event.type, event.data, tx=tx)
+                await self._runs.step_boundary(fence, event.type, event.data)
                 self._metrics.renewed(run.kind)
             await self._runs.end(fence, TerminationReason.COMPLETED)
             self._metrics.ended(run.kind, TerminationReason.COMPLETED)

@@ -208,10 +208,21 @@ class MemoryEventLog(EventLog):
         self._runs = runs
         self._events: MemoryTable[UUID, tuple[RunEvent, ...]] = MemoryTable(database)
 
+    async def renew_and_append(
+        self, tx: Transaction, fence: AgentRunFence, type: str, data: JsonObject
+    ) -> RunEvent:
+        await self._runs.renew(tx, fence)
+        return self._append_held(tx, fence, type, data)
+
     async def append(
         self, tx: Transaction, fence: AgentRunFence, type: str, data: JsonObject
     ) -> RunEvent:
         await self._runs.require_current(tx, fence)
+        return self._append_held(tx, fence, type, data)
+
+    def _append_held(
+        self, tx: Transaction, fence: AgentRunFence, type: str, data: JsonObject
+    ) -> RunEvent:
         existing = self._events_of(fence.run_id)
         event = RunEvent(
             run_id=fence.run_id,

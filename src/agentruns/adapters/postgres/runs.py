@@ -88,7 +88,8 @@ class PostgresRunStore(RunStore):
             raise RunNotFound(f"no run {run_id}")
         return run_from_row(rows[0]), rows[0]["now"]
 
-    async def _refuse_fenced(self, tx: Tx, fence: AgentRunFence) -> NoReturn:
+    async def refuse_fenced(self, tx: Tx, fence: AgentRunFence) -> NoReturn:
+        """Say why a guarded write under ``fence`` touched no row (one read of the run)."""
         run, now = await self._read(tx, fence.run_id)
         transitions.check_fence(run, fence, now)
         # The fence holds now but did not when the statement ran: a concurrent write won.
@@ -155,13 +156,13 @@ class PostgresRunStore(RunStore):
     async def require_current(self, tx: Tx, fence: AgentRunFence) -> AgentRun:
         run = await self._one(tx, sql.REQUIRE_CURRENT, **_fence_params(fence))
         if run is None:
-            await self._refuse_fenced(tx, fence)
+            await self.refuse_fenced(tx, fence)
         return run
 
     async def renew(self, tx: Tx, fence: AgentRunFence) -> AgentRun:
         run = await self._one(tx, sql.RENEW, **_fence_params(fence))
         if run is None:
-            await self._refuse_fenced(tx, fence)
+            await self.refuse_fenced(tx, fence)
         return run
 
     async def end(
@@ -172,7 +173,7 @@ class PostgresRunStore(RunStore):
                 raise StaleEpoch(f"the fence names run {fence.run_id}, not {run_id}")
             run = await self._one(tx, sql.END_FENCED, reason=reason.value, **_fence_params(fence))
             if run is None:
-                await self._refuse_fenced(tx, fence)
+                await self.refuse_fenced(tx, fence)
             return run
         run = await self._one(tx, sql.END_UNFENCED, run_id=run_id, reason=reason.value)
         if run is None:
@@ -247,6 +248,35 @@ class PostgresEventLog(EventLog):
 
     async def append(self, tx: Tx, fence: AgentRunFence, type: str, data: JsonObject) -> RunEvent:
         await self._runs.require_current(tx, fence)
+        return await self._append_held(tx, fence, type, data)
+
+    async def renew_and_append(
+        self, tx: Tx, fence: AgentRunFence, type: str, data: JsonObject
+    ) -> RunEvent:
+        rows = await fetch(
+            tx,
+            sql.RENEW_AND_APPEND,
+            {"now": self._db.now_param(), "type": type, "data": data, **_fence_params(fence)},
+        )
+        if not rows:
+            await self._runs.refuse_fenced(tx, fence)
+        row = rows[0]
+        if row["event_seq"] is None:
+            # Another append of this run committed while the renewal waited for its lock.
+            return await self._append_held(tx, fence, type, data)
+        return RunEvent(
+            run_id=fence.run_id,
+            seq=row["event_seq"],
+            epoch=fence.epoch,
+            type=row["event_type"],
+            data=row["event_data"],
+            created_at=row["event_created_at"],
+        )
+
+    async def _append_held(
+        self, tx: Tx, fence: AgentRunFence, type: str, data: JsonObject
+    ) -> RunEvent:
+        """Append under a fence this transaction already holds (the run's row is locked)."""
         rows = await fetch(
             tx,
             sql.APPEND_EVENT,

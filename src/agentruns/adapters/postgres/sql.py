@@ -276,6 +276,33 @@ FROM agent_run_event WHERE run_id = :run_id
 RETURNING run_id, seq, epoch, type, data, created_at
 """)
 
+# A step boundary in one statement (ADRs/0007, ADRs/0011): the fenced renewal feeds the insert,
+# so an event is appended only if the renewal held. The renewal locks the run, which serialises
+# its appends; an append that committed while this one waited for that lock is not in this
+# statement's snapshot, so its seq conflicts and the insert does nothing: the store then appends
+# with a statement of its own (a fresh snapshot, the lock already held).
+RENEW_AND_APPEND = _stmt(f"""
+WITH clock AS (SELECT {NOW} AS now),
+renewed AS (
+    UPDATE agent_run SET leased_until = clock.now + lease
+    FROM clock WHERE {_FENCE}
+    RETURNING {RUN_COLUMNS}, clock.now AS renewed_at
+),
+appended AS (
+    INSERT INTO agent_run_event (run_id, seq, epoch, type, data, created_at)
+    SELECT renewed.id,
+           COALESCE((SELECT max(e.seq) FROM agent_run_event e WHERE e.run_id = renewed.id), 0)
+               + 1,
+           renewed.epoch, :type, :data, renewed.renewed_at
+    FROM renewed
+    ON CONFLICT ON CONSTRAINT uq_agent_run_event_seq DO NOTHING
+    RETURNING seq, type, data, created_at
+)
+SELECT renewed.*, appended.seq AS event_seq, appended.type AS event_type,
+       appended.data AS event_data, appended.created_at AS event_created_at
+FROM renewed LEFT JOIN appended ON true
+""")
+
 LIST_EVENTS = _stmt("""
 SELECT run_id, seq, epoch, type, data, created_at FROM agent_run_event
 WHERE run_id = :run_id ORDER BY seq
