@@ -206,6 +206,13 @@ class AgentRuns:
     ) -> AgentRun:
         """The holder settles its run with ``reason``."""
         async with self.transaction(tx) as inner:
+            if not self._kinds.any_domain_rows:
+                # No kind has a domain row to lock first: settle without reading the run. A run
+                # of a kind this process does not know raises UnknownKind, as the read would
+                # have, and its transaction rolls back.
+                run = await self._stores.runs.end(inner, fence.run_id, reason, fence)
+                self._kinds.get(run.kind)
+                return run
             kind = await self._lock_domain_row(inner, fence.run_id)
             run = await self._stores.runs.end(inner, fence.run_id, reason, fence)
             await kind.handler.on_moved(inner, run)
