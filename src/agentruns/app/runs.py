@@ -14,10 +14,24 @@ from datetime import datetime, timedelta
 from uuid import UUID
 
 from agentruns.app.kinds import RunKind, RunKinds
-from agentruns.app.ports import BudgetHold, ClaimRequest, NewRun, RunEvent, Stores, Transaction
+from agentruns.app.ports import (
+    BudgetHold,
+    ClaimRequest,
+    EndWrite,
+    NewRun,
+    RunEvent,
+    StepWrite,
+    Stores,
+    Transaction,
+)
 from agentruns.domain.backoff import RandomSource
 from agentruns.domain.bands import DEFAULT_BAND_AGING, Band
-from agentruns.domain.errors import InvalidRequest, RunNotFound, TransactionConflict
+from agentruns.domain.errors import (
+    AgentRunsError,
+    InvalidRequest,
+    RunNotFound,
+    TransactionConflict,
+)
 from agentruns.domain.payload import validate_payload
 from agentruns.domain.run import AgentRun, AgentRunFence, continue_after
 from agentruns.domain.termination import TerminationReason
@@ -200,6 +214,45 @@ class AgentRuns:
             return await self._stores.events.renew_and_append(
                 inner, fence, _name(type, "type"), checked
             )
+
+    async def settle_group(
+        self, writes: Sequence[StepWrite | EndWrite]
+    ) -> list[RunEvent | AgentRun | AgentRunsError]:
+        """Step boundaries and ends of several held runs in one transaction, set-based, each
+        under its own fence; one result per write, in order: what :meth:`step_boundary` or
+        :meth:`end` would have returned, or the error it would have raised (a failed fence
+        writes nothing for its run and neither blocks nor rolls back the others).
+
+        Only for kinds without a domain row: an end here calls no handler hook. The writes
+        name distinct runs."""
+        named = [write.fence.run_id for write in writes]
+        if len(set(named)) != len(named):
+            raise InvalidRequest("a group of writes names one run twice")
+        results: dict[int, RunEvent | AgentRun | AgentRunsError] = {}
+        steps: list[tuple[int, StepWrite]] = []
+        ends: list[tuple[int, EndWrite]] = []
+        for index, write in enumerate(writes):
+            if isinstance(write, EndWrite):
+                ends.append((index, write))
+                continue
+            try:
+                checked = StepWrite(
+                    write.fence, _name(write.type, "type"), validate_payload(write.data)
+                )
+            except InvalidRequest as refused:
+                results[index] = refused
+            else:
+                steps.append((index, checked))
+        async with self.transaction() as inner:
+            if steps:
+                stepped = await self._stores.events.renew_and_append_many(
+                    inner, [write for _, write in steps]
+                )
+                results.update(zip((index for index, _ in steps), stepped, strict=True))
+            if ends:
+                ended = await self._stores.runs.end_many(inner, [write for _, write in ends])
+                results.update(zip((index for index, _ in ends), ended, strict=True))
+        return [results[index] for index in range(len(writes))]
 
     async def end(
         self, fence: AgentRunFence, reason: TerminationReason, *, tx: Transaction | None = None

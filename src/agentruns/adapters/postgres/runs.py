@@ -7,6 +7,8 @@ same conflict: RunNotFound, StaleEpoch, LeaseExpired, RetryBudgetExhausted or Il
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
 from uuid import UUID
@@ -16,11 +18,27 @@ from sqlalchemy.engine import RowMapping
 
 from agentruns.adapters.postgres import sql
 from agentruns.adapters.postgres.database import PostgresDatabase, fetch
-from agentruns.app.ports import ClaimRequest, EventLog, NewRun, RunEvent, RunStore, TakeBack
+from agentruns.app.ports import (
+    ClaimRequest,
+    EndWrite,
+    EventLog,
+    NewRun,
+    RunEvent,
+    RunStore,
+    StepWrite,
+    TakeBack,
+)
 from agentruns.app.ports import Transaction as Tx
 from agentruns.domain import run as transitions
 from agentruns.domain.bands import Band
-from agentruns.domain.errors import IllegalTransition, RunNotFound, StaleEpoch
+from agentruns.domain.errors import (
+    AgentRunsError,
+    IllegalTransition,
+    InvalidRequest,
+    LeaseLost,
+    RunNotFound,
+    StaleEpoch,
+)
 from agentruns.domain.payload import JsonObject
 from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.states import AgentRunState
@@ -65,6 +83,17 @@ def _claim_key(row: RowMapping) -> tuple[int, int, datetime, int]:
 
 def _fence_params(fence: AgentRunFence) -> dict[str, Any]:
     return {"run_id": fence.run_id, "workspace": fence.workspace, "epoch": fence.epoch}
+
+
+def _group_params(fences: Sequence[AgentRunFence]) -> dict[str, Any]:
+    ids = [fence.run_id for fence in fences]
+    if len(set(ids)) != len(ids):
+        raise InvalidRequest("a group of writes names one run twice")
+    return {
+        "ids": ids,
+        "workspaces": [fence.workspace for fence in fences],
+        "epochs": [fence.epoch for fence in fences],
+    }
 
 
 class PostgresRunStore(RunStore):
@@ -181,6 +210,29 @@ class PostgresRunStore(RunStore):
             raise IllegalTransition(current.state, AgentRunState.ENDED, f"run {run_id} has ended")
         return run
 
+    async def end_many(self, tx: Tx, ends: Sequence[EndWrite]) -> list[AgentRun | AgentRunsError]:
+        if not ends:
+            return []
+        fences = [write.fence for write in ends]
+        rows = await fetch(
+            tx,
+            sql.END_MANY,
+            {**self._params(), **_group_params(fences), "reasons": [w.reason.value for w in ends]},
+        )
+        results: list[AgentRun | AgentRunsError] = []
+        for fence, row in zip(fences, rows, strict=True):
+            results.append(
+                run_from_row(row) if row["id"] is not None else await self.why(tx, fence)
+            )
+        return results
+
+    async def why(self, tx: Tx, fence: AgentRunFence) -> AgentRunsError:
+        """What a guarded write under ``fence`` that touched no row would have raised."""
+        try:
+            await self.refuse_fenced(tx, fence)
+        except (LeaseLost, RunNotFound) as refused:
+            return refused
+
     async def requeue(
         self,
         tx: Tx,
@@ -272,6 +324,32 @@ class PostgresEventLog(EventLog):
             data=row["event_data"],
             created_at=row["event_created_at"],
         )
+
+    async def renew_and_append_many(
+        self, tx: Tx, steps: Sequence[StepWrite]
+    ) -> list[RunEvent | AgentRunsError]:
+        if not steps:
+            return []
+        fences = [write.fence for write in steps]
+        rows = await fetch(
+            tx,
+            sql.RENEW_AND_APPEND_MANY,
+            {
+                "now": self._db.now_param(),
+                **_group_params(fences),
+                "types": [write.type for write in steps],
+                "datas": [json.dumps(write.data) for write in steps],
+            },
+        )
+        results: list[RunEvent | AgentRunsError] = []
+        for write, row in zip(steps, rows, strict=True):
+            if not row["renewed"]:
+                results.append(await self._runs.why(tx, write.fence))
+            elif row["seq"] is None:  # another append committed while the renewal waited
+                results.append(await self._append_held(tx, write.fence, write.type, write.data))
+            else:
+                results.append(_event(row))
+        return results
 
     async def _append_held(
         self, tx: Tx, fence: AgentRunFence, type: str, data: JsonObject
