@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import random
 from datetime import UTC, datetime, timedelta
 from uuid import uuid4
 
 import pytest
 
+from agentruns.app.kinds import RunKind, RunKinds
 from agentruns.app.ports import BudgetHold
 from agentruns.app.reviews import ReviewStatus
 from agentruns.app.runs import AgentRuns
@@ -26,7 +28,7 @@ from agentruns.domain.run import AgentRunFence
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
 from tests.contract.conftest import Backend
-from tests.contract.kinds import LEASE
+from tests.contract.kinds import LEASE, policy, scripted_steps
 
 
 @pytest.mark.parametrize(
@@ -260,6 +262,94 @@ async def test_events_are_appended_in_order_under_the_fence(runs: AgentRuns) -> 
         (1, 1, "plan", {"n": 1}),
         (2, 1, "act", {"n": 2}),
     ]
+
+
+async def test_a_step_boundary_renews_the_lease_and_appends_in_order(
+    runs: AgentRuns, backend: Backend
+) -> None:
+    """One step boundary pushes the lease and appends the event, numbered after the others."""
+    await runs.enqueue("chat", workspace="acme", subject="c")
+    [run] = await runs.claim("w")
+    await runs.append_event(run.fence, "plan", {"n": 1})
+    backend.clock.advance(LEASE / 2)
+    event = await runs.step_boundary(run.fence, "act", {"n": 2})
+    assert (event.run_id, event.seq, event.epoch, event.type, event.data) == (
+        run.id,
+        2,
+        1,
+        "act",
+        {"n": 2},
+    )
+    renewed = await runs.get(run.id)
+    assert renewed.leased_until == backend.clock.now() + LEASE
+    assert [e.seq for e in await runs.events(run.id)] == [1, 2]
+
+
+async def test_a_step_boundary_under_a_lost_fence_appends_nothing(
+    runs: AgentRuns, backend: Backend
+) -> None:
+    """A stale epoch, an expired lease and an unknown run each refuse the whole boundary."""
+    await runs.enqueue("chat", workspace="acme", subject="c")
+    [first] = await runs.claim("w1")
+    await runs.requeue(first.fence, charged=False, delay=timedelta(0))
+    [second] = await runs.claim("w2")
+    with pytest.raises(StaleEpoch):
+        await runs.step_boundary(first.fence, "step", {"zombie": True})
+    with pytest.raises(RunNotFound):
+        await runs.step_boundary(AgentRunFence(uuid4(), "acme", 1), "step")
+    backend.clock.advance(LEASE * 2)
+    with pytest.raises(LeaseExpired):
+        await runs.step_boundary(second.fence, "step", {"late": True})
+    assert await runs.events(second.id) == []
+    assert (await runs.get(second.id)).leased_until == second.leased_until
+
+
+def _without_domain_rows(backend: Backend, rng: random.Random) -> AgentRuns:
+    """AgentRuns over kinds none of which keeps a domain row: settles skip the run's read."""
+    kinds = RunKinds([RunKind(policy("chat"), scripted_steps)])
+    assert not kinds.any_domain_rows
+    return AgentRuns(backend.stores, kinds, rng)
+
+
+async def test_an_end_without_domain_rows_settles_under_the_fence(
+    backend: Backend, rng: random.Random
+) -> None:
+    """With no domain row to lock first, an end still holds its fence and settles the run."""
+    runs = _without_domain_rows(backend, rng)
+    await runs.enqueue("chat", workspace="acme", subject="c")
+    [first] = await runs.claim("w1")
+    await runs.requeue(first.fence, charged=False, delay=timedelta(0))
+    [second] = await runs.claim("w2")
+    with pytest.raises(StaleEpoch):
+        await runs.end(first.fence, TerminationReason.COMPLETED)
+    with pytest.raises(RunNotFound):
+        await runs.end(AgentRunFence(uuid4(), "acme", 1), TerminationReason.COMPLETED)
+    ended = await runs.end(second.fence, TerminationReason.COMPLETED)
+    assert (ended.state, ended.epoch) == (AgentRunState.ENDED, second.epoch)
+    backend.clock.advance(LEASE * 2)
+    await runs.enqueue("chat", workspace="acme", subject="d")
+    [late] = await runs.claim("w3")
+    backend.clock.advance(LEASE * 2)
+    with pytest.raises(LeaseExpired):
+        await runs.end(late.fence, TerminationReason.COMPLETED)
+    assert (await runs.get(late.id)).state is AgentRunState.LEASED
+
+
+async def test_an_end_without_domain_rows_refuses_a_run_of_an_unknown_kind(
+    runs: AgentRuns, backend: Backend, rng: random.Random
+) -> None:
+    """A process that does not know the run's kind refuses to settle it and writes nothing."""
+    await runs.enqueue("sweep", workspace="acme", subject="c")
+    [run] = await runs.claim("w")
+    with pytest.raises(UnknownKind):
+        await _without_domain_rows(backend, rng).end(run.fence, TerminationReason.COMPLETED)
+    assert (await runs.get(run.id)).state is AgentRunState.LEASED
+
+
+def test_kinds_say_whether_any_keeps_a_domain_row(kinds: RunKinds) -> None:
+    """The contract kinds include the review kind, whose handler keeps a review job row."""
+    assert kinds.any_domain_rows
+    assert not RunKinds().any_domain_rows
 
 
 async def test_an_end_settles_the_run_and_an_ended_run_never_moves(runs: AgentRuns) -> None:

@@ -234,6 +234,7 @@ async def test_a_zombie_holder_has_every_write_refused_and_appends_no_event(
         lambda tx: holder.runs.requeue(tx, fence, charged=True, delay=timedelta(0), retry_budget=3)
     )
     await refused(lambda tx: holder.events.append(tx, fence, "step", {"n": 2}))
+    await refused(lambda tx: holder.events.renew_and_append(tx, fence, "step", {"n": 3}))
 
     async with await psycopg.AsyncConnection.connect(postgres_url) as raw:
         cursor = await raw.execute(
@@ -245,6 +246,30 @@ async def test_a_zombie_holder_has_every_write_refused_and_appends_no_event(
             "SELECT state, epoch, holder FROM agent_run WHERE id = %s", (run.id,)
         )
         assert await cursor.fetchone() == ("leased", successor.epoch, "successor")
+
+
+async def test_a_step_boundary_that_waited_for_another_append_numbers_its_event_after_it(
+    side: SideMaker, postgres_url: str
+) -> None:
+    """Two boundaries of one run at once: the second waits for the first's lock, and its
+    event still takes the next number, though the first committed after its snapshot."""
+    holder = side(ManualClock(START))
+    run = await enqueue(holder, "s")
+    leased = await claim_one(holder)
+    async with holder.db.transaction() as first:
+        await holder.events.renew_and_append(first, leased.fence, "step", {"n": 1})
+
+        async def second() -> int:
+            async with holder.db.transaction() as tx:
+                event = await holder.events.renew_and_append(tx, leased.fence, "step", {"n": 2})
+            return event.seq
+
+        waiting = asyncio.create_task(second())
+        await some_session_waits_on_a_lock(postgres_url)
+    assert await waiting == 2
+    async with holder.db.transaction() as tx:
+        events = await holder.events.list(tx, run.id)
+    assert [(event.seq, event.data) for event in events] == [(1, {"n": 1}), (2, {"n": 2})]
 
 
 async def _renew(side: Side, run: AgentRun) -> AgentRun:

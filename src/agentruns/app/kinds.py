@@ -91,6 +91,7 @@ class RunKinds:
 
     def __init__(self, kinds: Iterable[RunKind] = ()) -> None:
         self._kinds: dict[str, RunKind] = {}
+        self._domain_rows = False
         for kind in kinds:
             self.register(kind)
 
@@ -98,6 +99,13 @@ class RunKinds:
         if kind.name in self._kinds:
             raise ValueError(f"run kind {kind.name!r} is registered twice")
         self._kinds[kind.name] = kind
+        self._domain_rows = self._domain_rows or not isinstance(kind.handler, NoDomainRow)
+
+    @property
+    def any_domain_rows(self) -> bool:
+        """Whether some kind's handler keeps a domain row (is not :class:`NoDomainRow`): if none
+        does, a settle need not read its run to find the row to lock first."""
+        return self._domain_rows
 
     def get(self, name: str) -> RunKind:
         try:

@@ -20,6 +20,7 @@ from typing import Protocol
 from uuid import UUID
 
 from agentruns.domain.bands import Band
+from agentruns.domain.errors import AgentRunsError
 from agentruns.domain.payload import JsonObject
 from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.termination import TerminationReason
@@ -105,6 +106,23 @@ class RunEvent:
     created_at: datetime
 
 
+@dataclass(frozen=True, slots=True)
+class StepWrite:
+    """One step boundary of a group: renew under ``fence``, then append the event."""
+
+    fence: AgentRunFence
+    type: str
+    data: JsonObject
+
+
+@dataclass(frozen=True, slots=True)
+class EndWrite:
+    """One holder's end of a group: end the run under ``fence`` with ``reason``."""
+
+    fence: AgentRunFence
+    reason: TerminationReason
+
+
 class RunStore(Protocol):
     """The runs table: named transitions, each applied only if the run is still as expected.
 
@@ -147,6 +165,15 @@ class RunStore(Protocol):
         QUEUED or LEASED run ends at once. An ENDED run raises IllegalTransition."""
         ...
 
+    async def end_many(
+        self, tx: Transaction, ends: Sequence[EndWrite]
+    ) -> list[AgentRun | AgentRunsError]:
+        """End each run under its own fence, set-based; one result per write, in order: the
+        ended run, or what :meth:`end` would have raised for it (its fence failed, nothing
+        written for it). A failed fence neither blocks nor rolls back the others. The writes
+        name distinct runs."""
+        ...
+
     async def requeue(
         self,
         tx: Transaction,
@@ -187,6 +214,22 @@ class EventLog(Protocol):
     async def append(
         self, tx: Transaction, fence: AgentRunFence, type: str, data: JsonObject
     ) -> RunEvent: ...
+
+    async def renew_and_append(
+        self, tx: Transaction, fence: AgentRunFence, type: str, data: JsonObject
+    ) -> RunEvent:
+        """A step boundary as one operation: renew the lease under ``fence`` (as
+        :meth:`RunStore.renew`) and append the event only if the renewal held; on a fence
+        that does not hold, raise as ``renew`` does and append nothing."""
+        ...
+
+    async def renew_and_append_many(
+        self, tx: Transaction, steps: Sequence[StepWrite]
+    ) -> list[RunEvent | AgentRunsError]:
+        """:meth:`renew_and_append` for each write, set-based; one result per write, in order:
+        the appended event, or what ``renew_and_append`` would have raised for it (its fence
+        failed: not renewed, nothing appended). The writes name distinct runs."""
+        ...
 
     async def list(self, tx: Transaction, run_id: UUID) -> list[RunEvent]: ...
 

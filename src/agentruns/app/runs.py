@@ -14,10 +14,24 @@ from datetime import datetime, timedelta
 from uuid import UUID
 
 from agentruns.app.kinds import RunKind, RunKinds
-from agentruns.app.ports import BudgetHold, ClaimRequest, NewRun, RunEvent, Stores, Transaction
+from agentruns.app.ports import (
+    BudgetHold,
+    ClaimRequest,
+    EndWrite,
+    NewRun,
+    RunEvent,
+    StepWrite,
+    Stores,
+    Transaction,
+)
 from agentruns.domain.backoff import RandomSource
 from agentruns.domain.bands import DEFAULT_BAND_AGING, Band
-from agentruns.domain.errors import InvalidRequest, RunNotFound, TransactionConflict
+from agentruns.domain.errors import (
+    AgentRunsError,
+    InvalidRequest,
+    RunNotFound,
+    TransactionConflict,
+)
 from agentruns.domain.payload import validate_payload
 from agentruns.domain.run import AgentRun, AgentRunFence, continue_after
 from agentruns.domain.termination import TerminationReason
@@ -190,11 +204,68 @@ class AgentRuns:
         async with self.transaction(tx) as inner:
             return await self._stores.events.append(inner, fence, _name(type, "type"), checked)
 
+    async def step_boundary(
+        self, fence: AgentRunFence, type: str, data: object = None, *, tx: Transaction | None = None
+    ) -> RunEvent:
+        """Renew the lease and persist the step's event, as one store operation: the event is
+        appended only if the renewal held, so a zombie holder appends nothing."""
+        checked = validate_payload({} if data is None else data)
+        async with self.transaction(tx) as inner:
+            return await self._stores.events.renew_and_append(
+                inner, fence, _name(type, "type"), checked
+            )
+
+    async def settle_group(
+        self, writes: Sequence[StepWrite | EndWrite]
+    ) -> list[RunEvent | AgentRun | AgentRunsError]:
+        """Step boundaries and ends of several held runs in one transaction, set-based, each
+        under its own fence; one result per write, in order: what :meth:`step_boundary` or
+        :meth:`end` would have returned, or the error it would have raised (a failed fence
+        writes nothing for its run and neither blocks nor rolls back the others).
+
+        Only for kinds without a domain row: an end here calls no handler hook. The writes
+        name distinct runs."""
+        named = [write.fence.run_id for write in writes]
+        if len(set(named)) != len(named):
+            raise InvalidRequest("a group of writes names one run twice")
+        results: dict[int, RunEvent | AgentRun | AgentRunsError] = {}
+        steps: list[tuple[int, StepWrite]] = []
+        ends: list[tuple[int, EndWrite]] = []
+        for index, write in enumerate(writes):
+            if isinstance(write, EndWrite):
+                ends.append((index, write))
+                continue
+            try:
+                checked = StepWrite(
+                    write.fence, _name(write.type, "type"), validate_payload(write.data)
+                )
+            except InvalidRequest as refused:
+                results[index] = refused
+            else:
+                steps.append((index, checked))
+        async with self.transaction() as inner:
+            if steps:
+                stepped = await self._stores.events.renew_and_append_many(
+                    inner, [write for _, write in steps]
+                )
+                results.update(zip((index for index, _ in steps), stepped, strict=True))
+            if ends:
+                ended = await self._stores.runs.end_many(inner, [write for _, write in ends])
+                results.update(zip((index for index, _ in ends), ended, strict=True))
+        return [results[index] for index in range(len(writes))]
+
     async def end(
         self, fence: AgentRunFence, reason: TerminationReason, *, tx: Transaction | None = None
     ) -> AgentRun:
         """The holder settles its run with ``reason``."""
         async with self.transaction(tx) as inner:
+            if not self._kinds.any_domain_rows:
+                # No kind has a domain row to lock first: settle without reading the run. A run
+                # of a kind this process does not know raises UnknownKind, as the read would
+                # have, and its transaction rolls back.
+                run = await self._stores.runs.end(inner, fence.run_id, reason, fence)
+                self._kinds.get(run.kind)
+                return run
             kind = await self._lock_domain_row(inner, fence.run_id)
             run = await self._stores.runs.end(inner, fence.run_id, reason, fence)
             await kind.handler.on_moved(inner, run)

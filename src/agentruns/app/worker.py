@@ -1,10 +1,12 @@
 """The worker runtime: claim runs, drive their steps, renew at every step boundary, recover.
 
-At each step boundary the lease is renewed first and the step's event appended after, in one
-transaction, so a holder that lost its lease never appends. A lost lease stops the run without
-settling it (``LEASE_LOST``): it belongs to its new holder, or to the reaper. A failure is
-classified and the pure recovery decision applied: dead-letter, or a charged requeue after the
-kind's backoff.
+At each step boundary the lease is renewed and the step's event appended in one store operation
+(one statement on PostgreSQL) that appends only if the renewal held, so a holder that lost its
+lease never appends. With group commit (the default) the boundaries and ends of the runs in
+flight are written together, each under its own fence (:mod:`agentruns.app.settler`).
+A lost lease stops the run without settling it (``LEASE_LOST``): it belongs to its new holder,
+or to the reaper. A failure is classified and the pure recovery decision applied: dead-letter,
+or a charged requeue after the kind's backoff.
 """
 
 from __future__ import annotations
@@ -14,10 +16,11 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from agentruns.app.kinds import RunKinds
+from agentruns.app.kinds import NoDomainRow, RunKinds
 from agentruns.app.metrics import Metrics, NoMetrics
 from agentruns.app.ports import Notifier
 from agentruns.app.runs import AgentRuns
+from agentruns.app.settler import GroupSettler
 from agentruns.domain.backoff import RandomSource
 from agentruns.domain.errors import LeaseLost, RunNotFound
 from agentruns.domain.failures import classify
@@ -57,6 +60,7 @@ class Worker:
         poll_interval: float = 2.0,
         only_kinds: list[str] | None = None,
         metrics: Metrics | None = None,
+        group_commit: bool = True,
     ) -> None:
         if concurrency < 1:
             raise ValueError("a worker needs a concurrency of at least 1")
@@ -71,6 +75,8 @@ class Worker:
         self._metrics = metrics or NoMetrics()
         self._running: set[asyncio.Task[RunOutcome]] = set()
         self.stats = WorkerStats()
+        # Step boundaries and ends of concurrently running runs share transactions (ADRs/0011).
+        self._settler = GroupSettler(runs) if group_commit else None
 
     async def drive(self, run: AgentRun) -> RunOutcome:
         """Run a leased run's steps to its outcome."""
@@ -79,11 +85,12 @@ class Worker:
         extra = _context(run)
         try:
             async for event in kind.steps(run):
-                async with self._runs.transaction() as tx:
-                    await self._runs.renew(fence, tx=tx)
-                    await self._runs.append_event(fence, event.type, event.data, tx=tx)
+                if self._settler is None:
+                    await self._runs.step_boundary(fence, event.type, event.data)
+                else:
+                    await self._settler.step_boundary(fence, event.type, event.data)
                 self._metrics.renewed(run.kind)
-            await self._runs.end(fence, TerminationReason.COMPLETED)
+            await self._end(run, TerminationReason.COMPLETED)
             self._metrics.ended(run.kind, TerminationReason.COMPLETED)
             outcome = RunOutcome.COMPLETED
         except LeaseLost:
@@ -107,7 +114,7 @@ class Worker:
         try:
             match decision:
                 case EndRun(reason=reason):
-                    await self._runs.end(run.fence, reason)
+                    await self._end(run, reason)
                     self._metrics.ended(run.kind, reason)
                     return RunOutcome.FAILED
                 case RequeueRun(attempt=attempt):
@@ -117,6 +124,14 @@ class Worker:
                     return RunOutcome.REQUEUED
         except LeaseLost:
             return await self._lost(run)
+
+    async def _end(self, run: AgentRun, reason: TerminationReason) -> None:
+        """End the run with the group, unless its kind has a domain row: then alone, so its
+        handler locks that row first and moves it in the same transaction."""
+        if self._settler is not None and isinstance(self._kinds.get(run.kind).handler, NoDomainRow):
+            await self._settler.end(run.fence, reason)
+        else:
+            await self._runs.end(run.fence, reason)
 
     async def _lost(self, run: AgentRun) -> RunOutcome:
         """A lost lease; CANCELLED when the loss was a cancel of this very epoch."""

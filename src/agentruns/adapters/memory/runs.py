@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
+from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from uuid import UUID
 
@@ -13,16 +14,24 @@ from agentruns.adapters.memory.workspaces import MemoryWorkspaceStore
 from agentruns.app.ports import (
     ClaimRequest,
     Clock,
+    EndWrite,
     EventLog,
     NewRun,
     RunEvent,
     RunStore,
+    StepWrite,
     TakeBack,
     Transaction,
 )
 from agentruns.domain import run as transitions
 from agentruns.domain.claim_order import ClaimContext, next_claims
-from agentruns.domain.errors import IllegalTransition, RunNotFound
+from agentruns.domain.errors import (
+    AgentRunsError,
+    IllegalTransition,
+    InvalidRequest,
+    LeaseLost,
+    RunNotFound,
+)
 from agentruns.domain.payload import JsonObject
 from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.states import AgentRunState
@@ -132,6 +141,18 @@ class MemoryRunStore(RunStore):
         change = transitions.end(run, reason, now=self._clock.now(), fence=fence)
         return self._write(tx, run.apply(change))
 
+    async def end_many(
+        self, tx: Transaction, ends: Sequence[EndWrite]
+    ) -> list[AgentRun | AgentRunsError]:
+        _distinct(write.fence for write in ends)
+        results: list[AgentRun | AgentRunsError] = []
+        for write in ends:
+            try:
+                results.append(await self.end(tx, write.fence.run_id, write.reason, write.fence))
+            except (LeaseLost, RunNotFound) as refused:  # the domain refused before writing
+                results.append(refused)
+        return results
+
     async def requeue(
         self,
         tx: Transaction,
@@ -208,10 +229,33 @@ class MemoryEventLog(EventLog):
         self._runs = runs
         self._events: MemoryTable[UUID, tuple[RunEvent, ...]] = MemoryTable(database)
 
+    async def renew_and_append(
+        self, tx: Transaction, fence: AgentRunFence, type: str, data: JsonObject
+    ) -> RunEvent:
+        await self._runs.renew(tx, fence)
+        return self._append_held(tx, fence, type, data)
+
+    async def renew_and_append_many(
+        self, tx: Transaction, steps: Sequence[StepWrite]
+    ) -> list[RunEvent | AgentRunsError]:
+        _distinct(write.fence for write in steps)
+        results: list[RunEvent | AgentRunsError] = []
+        for write in steps:
+            try:
+                results.append(await self.renew_and_append(tx, write.fence, write.type, write.data))
+            except (LeaseLost, RunNotFound) as refused:  # refused before anything was written
+                results.append(refused)
+        return results
+
     async def append(
         self, tx: Transaction, fence: AgentRunFence, type: str, data: JsonObject
     ) -> RunEvent:
         await self._runs.require_current(tx, fence)
+        return self._append_held(tx, fence, type, data)
+
+    def _append_held(
+        self, tx: Transaction, fence: AgentRunFence, type: str, data: JsonObject
+    ) -> RunEvent:
         existing = self._events_of(fence.run_id)
         event = RunEvent(
             run_id=fence.run_id,
@@ -233,3 +277,10 @@ class MemoryEventLog(EventLog):
         if self._runs.rows.get(run_id) is None:
             return ()
         return self._events.get(run_id) or ()
+
+
+def _distinct(fences: Iterable[AgentRunFence]) -> None:
+    """A group writes each run once (PostgreSQL's set-based update could not order two)."""
+    ids = [fence.run_id for fence in fences]
+    if len(set(ids)) != len(ids):
+        raise InvalidRequest("a group of writes names one run twice")

@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from sqlalchemy import TextClause, make_url
+from sqlalchemy import TextClause, event, make_url
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -104,6 +104,17 @@ async def execute(tx: Transaction, statement: TextClause, params: Mapping[str, A
         raise translate(exc) from exc
 
 
+def _plan_once(dbapi_connection: Any, _record: object) -> None:
+    """Run prepared statements on their generic plan from the first execution: the adapter's
+    statements are shaped for it (one SQL text for the pinned and the database clock, partial
+    indexes chosen whatever the parameters), and PostgreSQL's default plans five custom plans
+    per statement and connection before it tries the generic one (ADRs/0011)."""
+    cursor = dbapi_connection.cursor()
+    cursor.execute("SET plan_cache_mode = force_generic_plan")
+    cursor.close()
+    dbapi_connection.commit()
+
+
 class PostgresDatabase(TransactionScope):
     """An async engine (psycopg 3) and its pool; the transaction scope of the PostgreSQL stores.
 
@@ -129,7 +140,11 @@ class PostgresDatabase(TransactionScope):
             pool_size=pool_size,
             max_overflow=max_overflow,
             isolation_level="READ COMMITTED",
+            # Prepare every statement on its first run on a connection (psycopg's default waits
+            # for the fifth): the claim costs more to plan than to run (ADRs/0011).
+            connect_args={"prepare_threshold": 0},
         )
+        event.listen(self.engine.sync_engine, "connect", _plan_once)
 
     def now_param(self) -> datetime | None:
         """The ``now`` bound into statements: the pinned clock's, or None for ``now()``."""

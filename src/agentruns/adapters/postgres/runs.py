@@ -7,6 +7,8 @@ same conflict: RunNotFound, StaleEpoch, LeaseExpired, RetryBudgetExhausted or Il
 
 from __future__ import annotations
 
+import json
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from typing import Any, NoReturn
 from uuid import UUID
@@ -16,11 +18,27 @@ from sqlalchemy.engine import RowMapping
 
 from agentruns.adapters.postgres import sql
 from agentruns.adapters.postgres.database import PostgresDatabase, fetch
-from agentruns.app.ports import ClaimRequest, EventLog, NewRun, RunEvent, RunStore, TakeBack
+from agentruns.app.ports import (
+    ClaimRequest,
+    EndWrite,
+    EventLog,
+    NewRun,
+    RunEvent,
+    RunStore,
+    StepWrite,
+    TakeBack,
+)
 from agentruns.app.ports import Transaction as Tx
 from agentruns.domain import run as transitions
 from agentruns.domain.bands import Band
-from agentruns.domain.errors import IllegalTransition, RunNotFound, StaleEpoch
+from agentruns.domain.errors import (
+    AgentRunsError,
+    IllegalTransition,
+    InvalidRequest,
+    LeaseLost,
+    RunNotFound,
+    StaleEpoch,
+)
 from agentruns.domain.payload import JsonObject
 from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.states import AgentRunState
@@ -67,6 +85,17 @@ def _fence_params(fence: AgentRunFence) -> dict[str, Any]:
     return {"run_id": fence.run_id, "workspace": fence.workspace, "epoch": fence.epoch}
 
 
+def _group_params(fences: Sequence[AgentRunFence]) -> dict[str, Any]:
+    ids = [fence.run_id for fence in fences]
+    if len(set(ids)) != len(ids):
+        raise InvalidRequest("a group of writes names one run twice")
+    return {
+        "ids": ids,
+        "workspaces": [fence.workspace for fence in fences],
+        "epochs": [fence.epoch for fence in fences],
+    }
+
+
 class PostgresRunStore(RunStore):
     def __init__(self, database: PostgresDatabase) -> None:
         self._db = database
@@ -88,7 +117,8 @@ class PostgresRunStore(RunStore):
             raise RunNotFound(f"no run {run_id}")
         return run_from_row(rows[0]), rows[0]["now"]
 
-    async def _refuse_fenced(self, tx: Tx, fence: AgentRunFence) -> NoReturn:
+    async def refuse_fenced(self, tx: Tx, fence: AgentRunFence) -> NoReturn:
+        """Say why a guarded write under ``fence`` touched no row (one read of the run)."""
         run, now = await self._read(tx, fence.run_id)
         transitions.check_fence(run, fence, now)
         # The fence holds now but did not when the statement ran: a concurrent write won.
@@ -155,13 +185,13 @@ class PostgresRunStore(RunStore):
     async def require_current(self, tx: Tx, fence: AgentRunFence) -> AgentRun:
         run = await self._one(tx, sql.REQUIRE_CURRENT, **_fence_params(fence))
         if run is None:
-            await self._refuse_fenced(tx, fence)
+            await self.refuse_fenced(tx, fence)
         return run
 
     async def renew(self, tx: Tx, fence: AgentRunFence) -> AgentRun:
         run = await self._one(tx, sql.RENEW, **_fence_params(fence))
         if run is None:
-            await self._refuse_fenced(tx, fence)
+            await self.refuse_fenced(tx, fence)
         return run
 
     async def end(
@@ -172,13 +202,36 @@ class PostgresRunStore(RunStore):
                 raise StaleEpoch(f"the fence names run {fence.run_id}, not {run_id}")
             run = await self._one(tx, sql.END_FENCED, reason=reason.value, **_fence_params(fence))
             if run is None:
-                await self._refuse_fenced(tx, fence)
+                await self.refuse_fenced(tx, fence)
             return run
         run = await self._one(tx, sql.END_UNFENCED, run_id=run_id, reason=reason.value)
         if run is None:
             current, _ = await self._read(tx, run_id)
             raise IllegalTransition(current.state, AgentRunState.ENDED, f"run {run_id} has ended")
         return run
+
+    async def end_many(self, tx: Tx, ends: Sequence[EndWrite]) -> list[AgentRun | AgentRunsError]:
+        if not ends:
+            return []
+        fences = [write.fence for write in ends]
+        rows = await fetch(
+            tx,
+            sql.END_MANY,
+            {**self._params(), **_group_params(fences), "reasons": [w.reason.value for w in ends]},
+        )
+        results: list[AgentRun | AgentRunsError] = []
+        for fence, row in zip(fences, rows, strict=True):
+            results.append(
+                run_from_row(row) if row["id"] is not None else await self.why(tx, fence)
+            )
+        return results
+
+    async def why(self, tx: Tx, fence: AgentRunFence) -> AgentRunsError:
+        """What a guarded write under ``fence`` that touched no row would have raised."""
+        try:
+            await self.refuse_fenced(tx, fence)
+        except (LeaseLost, RunNotFound) as refused:
+            return refused
 
     async def requeue(
         self,
@@ -247,6 +300,61 @@ class PostgresEventLog(EventLog):
 
     async def append(self, tx: Tx, fence: AgentRunFence, type: str, data: JsonObject) -> RunEvent:
         await self._runs.require_current(tx, fence)
+        return await self._append_held(tx, fence, type, data)
+
+    async def renew_and_append(
+        self, tx: Tx, fence: AgentRunFence, type: str, data: JsonObject
+    ) -> RunEvent:
+        rows = await fetch(
+            tx,
+            sql.RENEW_AND_APPEND,
+            {"now": self._db.now_param(), "type": type, "data": data, **_fence_params(fence)},
+        )
+        if not rows:
+            await self._runs.refuse_fenced(tx, fence)
+        row = rows[0]
+        if row["event_seq"] is None:
+            # Another append of this run committed while the renewal waited for its lock.
+            return await self._append_held(tx, fence, type, data)
+        return RunEvent(
+            run_id=fence.run_id,
+            seq=row["event_seq"],
+            epoch=fence.epoch,
+            type=row["event_type"],
+            data=row["event_data"],
+            created_at=row["event_created_at"],
+        )
+
+    async def renew_and_append_many(
+        self, tx: Tx, steps: Sequence[StepWrite]
+    ) -> list[RunEvent | AgentRunsError]:
+        if not steps:
+            return []
+        fences = [write.fence for write in steps]
+        rows = await fetch(
+            tx,
+            sql.RENEW_AND_APPEND_MANY,
+            {
+                "now": self._db.now_param(),
+                **_group_params(fences),
+                "types": [write.type for write in steps],
+                "datas": [json.dumps(write.data) for write in steps],
+            },
+        )
+        results: list[RunEvent | AgentRunsError] = []
+        for write, row in zip(steps, rows, strict=True):
+            if not row["renewed"]:
+                results.append(await self._runs.why(tx, write.fence))
+            elif row["seq"] is None:  # another append committed while the renewal waited
+                results.append(await self._append_held(tx, write.fence, write.type, write.data))
+            else:
+                results.append(_event(row))
+        return results
+
+    async def _append_held(
+        self, tx: Tx, fence: AgentRunFence, type: str, data: JsonObject
+    ) -> RunEvent:
+        """Append under a fence this transaction already holds (the run's row is locked)."""
         rows = await fetch(
             tx,
             sql.APPEND_EVENT,

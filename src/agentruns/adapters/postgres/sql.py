@@ -9,6 +9,8 @@ leased_until > now``); when one touches no row, the store reads the run once to 
 
 from __future__ import annotations
 
+import re
+
 from sqlalchemy import TextClause, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
 from sqlalchemy.types import Text
@@ -32,12 +34,13 @@ _KINDS = "(CAST(:kinds AS text[]) IS NULL OR {kind} = ANY(CAST(:kinds AS text[])
 def _stmt(source: str) -> TextClause:
     """A statement; only the bind parameters it names are declared."""
     clause = text(source)
+    named = set(re.findall(r"(?<!:):(\w+)", source))
     binds = []
-    if ":payload" in source:
+    if "payload" in named:
         binds.append(bindparam("payload", type_=JSONB))
-    if ":data" in source:
+    if "data" in named:
         binds.append(bindparam("data", type_=JSONB))
-    if ":kinds" in source:
+    if "kinds" in named:
         binds.append(bindparam("kinds", type_=ARRAY(Text)))
     return clause.bindparams(*binds) if binds else clause
 
@@ -274,6 +277,87 @@ INSERT INTO agent_run_event (run_id, seq, epoch, type, data, created_at)
 SELECT :run_id, COALESCE(max(seq), 0) + 1, :epoch, :type, :data, {NOW}
 FROM agent_run_event WHERE run_id = :run_id
 RETURNING run_id, seq, epoch, type, data, created_at
+""")
+
+# A step boundary in one statement (ADRs/0007, ADRs/0011): the fenced renewal feeds the insert,
+# so an event is appended only if the renewal held. The renewal locks the run, which serialises
+# its appends; an append that committed while this one waited for that lock is not in this
+# statement's snapshot, so its seq conflicts and the insert does nothing: the store then appends
+# with a statement of its own (a fresh snapshot, the lock already held).
+RENEW_AND_APPEND = _stmt(f"""
+WITH clock AS (SELECT {NOW} AS now),
+renewed AS (
+    UPDATE agent_run SET leased_until = clock.now + lease
+    FROM clock WHERE {_FENCE}
+    RETURNING {RUN_COLUMNS}, clock.now AS renewed_at
+),
+appended AS (
+    INSERT INTO agent_run_event (run_id, seq, epoch, type, data, created_at)
+    SELECT renewed.id,
+           COALESCE((SELECT max(e.seq) FROM agent_run_event e WHERE e.run_id = renewed.id), 0)
+               + 1,
+           renewed.epoch, :type, :data, renewed.renewed_at
+    FROM renewed
+    ON CONFLICT ON CONSTRAINT uq_agent_run_event_seq DO NOTHING
+    RETURNING seq, type, data, created_at
+)
+SELECT renewed.*, appended.seq AS event_seq, appended.type AS event_type,
+       appended.data AS event_data, appended.created_at AS event_created_at
+FROM renewed LEFT JOIN appended ON true
+""")
+
+# Group commit (ADRs/0011): one row per write, each guarded by its own fence; a row whose fence
+# fails is simply not updated, so it neither blocks nor rolls back the others. The writes name
+# distinct runs; ``ord`` gives each result back to its write.
+_GROUP = """
+    SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:workspaces AS text[]),
+                         CAST(:epochs AS integer[]){extra})
+        WITH ORDINALITY AS w(id, workspace, epoch{extra_names}, ord)"""
+
+_GROUP_FENCE = (
+    "r.id = w.id AND r.workspace = w.workspace AND r.epoch = w.epoch AND r.state = 'leased' "
+    "AND r.leased_until > clock.now"
+)
+
+END_MANY = _stmt(f"""
+WITH clock AS (SELECT {NOW} AS now),
+w AS ({_GROUP.format(extra=", CAST(:reasons AS text[])", extra_names=", reason")}),
+ended AS (
+    UPDATE agent_run r SET state = 'ended', leased_until = NULL, end_reason = w.reason,
+                           ended_at = clock.now
+    FROM w, clock WHERE {_GROUP_FENCE}
+    RETURNING {_R_COLUMNS}
+)
+SELECT w.ord, ended.* FROM w LEFT JOIN ended ON ended.id = w.id ORDER BY w.ord
+""")
+
+# The step boundaries of a group: as RENEW_AND_APPEND, row by row; an event whose seq conflicts
+# (another append committed while the renewal waited) comes back renewed but not appended.
+RENEW_AND_APPEND_MANY = _stmt(f"""
+WITH clock AS (SELECT {NOW} AS now),
+w AS ({
+    _GROUP.format(
+        extra=", CAST(:types AS text[]), CAST(:datas AS text[])", extra_names=", type, data"
+    )
+}),
+renewed AS (
+    UPDATE agent_run r SET leased_until = clock.now + r.lease
+    FROM w, clock WHERE {_GROUP_FENCE}
+    RETURNING r.id, r.epoch, clock.now AS renewed_at
+),
+appended AS (
+    INSERT INTO agent_run_event (run_id, seq, epoch, type, data, created_at)
+    SELECT n.id,
+           COALESCE((SELECT max(e.seq) FROM agent_run_event e WHERE e.run_id = n.id), 0) + 1,
+           n.epoch, w.type, CAST(w.data AS jsonb), n.renewed_at
+    FROM renewed n JOIN w ON w.id = n.id
+    ON CONFLICT ON CONSTRAINT uq_agent_run_event_seq DO NOTHING
+    RETURNING run_id, seq, epoch, type, data, created_at
+)
+SELECT w.ord, n.id IS NOT NULL AS renewed, a.run_id, a.seq, a.epoch, a.type, a.data,
+       a.created_at
+FROM w LEFT JOIN renewed n ON n.id = w.id LEFT JOIN appended a ON a.run_id = w.id
+ORDER BY w.ord
 """)
 
 LIST_EVENTS = _stmt("""

@@ -1,0 +1,119 @@
+"""Group commit for a worker: step boundaries and ends of concurrently running runs, written
+together in one transaction (ADRs/0011).
+
+Each run's task hands its write to the :class:`GroupSettler` and awaits its own result. While a
+group is being written, new writes gather; the next group takes them all (up to ``max_group``),
+so the group grows with the load and an idle worker still writes at once. A group is written by
+:meth:`AgentRuns.settle_group`: set-based statements, each row under its own fence, so a failed
+fence refuses only its run. If the group's transaction fails as a whole (a deadlock, a lost
+connection), each write is retried alone, so every run still gets its own answer.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+
+from agentruns.app.ports import EndWrite, RunEvent, StepWrite
+from agentruns.app.runs import AgentRuns
+from agentruns.domain.errors import AgentRunsError, StoreUnavailable
+from agentruns.domain.payload import JsonObject
+from agentruns.domain.run import AgentRun, AgentRunFence
+from agentruns.domain.termination import TerminationReason
+
+_Write = StepWrite | EndWrite
+_Result = RunEvent | AgentRun | AgentRunsError
+
+
+class GroupSettler:
+    def __init__(self, runs: AgentRuns, *, max_group: int = 64) -> None:
+        if max_group < 1:
+            raise ValueError("a group holds at least one write")
+        self._runs = runs
+        self._max_group = max_group
+        self._pending: list[tuple[_Write, asyncio.Future[_Result]]] = []
+        self._writer: asyncio.Task[None] | None = None
+
+    async def step_boundary(self, fence: AgentRunFence, type: str, data: JsonObject) -> RunEvent:
+        """As :meth:`AgentRuns.step_boundary`, written with the group."""
+        result = await self._submit(StepWrite(fence, type, data))
+        if isinstance(result, RunEvent):
+            return result
+        raise _unexpected(result)
+
+    async def end(self, fence: AgentRunFence, reason: TerminationReason) -> AgentRun:
+        """As :meth:`AgentRuns.end` for a kind without a domain row, written with the group."""
+        result = await self._submit(EndWrite(fence, reason))
+        if isinstance(result, AgentRun):
+            return result
+        raise _unexpected(result)
+
+    async def _submit(self, write: _Write) -> RunEvent | AgentRun:
+        answer: asyncio.Future[_Result] = asyncio.get_running_loop().create_future()
+        self._pending.append((write, answer))
+        if self._writer is None:
+            self._writer = asyncio.create_task(self._write_groups())
+        result = await answer
+        if isinstance(result, AgentRunsError):
+            raise result
+        return result
+
+    async def _write_groups(self) -> None:
+        """Write groups until nothing waits; the next write starts a new writer."""
+        group: Sequence[tuple[_Write, asyncio.Future[_Result]]] = []
+        try:
+            while self._pending:
+                group = self._take_group()
+                await self._write(group)
+                group = []
+        finally:
+            self._writer = None
+            # Only if the writer itself was stopped (cancelled with its loop): nobody waits
+            # forever; whether the group in flight committed is unknown.
+            for _, answer in [*group, *self._pending]:
+                if not answer.done():
+                    answer.set_exception(StoreUnavailable("the group writer stopped"))
+            self._pending = []
+
+    def _take_group(self) -> list[tuple[_Write, asyncio.Future[_Result]]]:
+        """Up to ``max_group`` waiting writes, one per run (a run's later write waits)."""
+        group: list[tuple[_Write, asyncio.Future[_Result]]] = []
+        later: list[tuple[_Write, asyncio.Future[_Result]]] = []
+        seen: set[object] = set()
+        for entry in self._pending:
+            run_id = entry[0].fence.run_id
+            if entry[1].done():  # its run's task was cancelled: nothing to write
+                continue
+            if len(group) >= self._max_group or run_id in seen:
+                later.append(entry)
+            else:
+                seen.add(run_id)
+                group.append(entry)
+        self._pending = later
+        return group
+
+    async def _write(self, group: Sequence[tuple[_Write, asyncio.Future[_Result]]]) -> None:
+        writes = [write for write, _ in group]
+        try:
+            results: Sequence[_Result | Exception] = await self._runs.settle_group(writes)
+        except Exception:  # the group failed as a whole: each write alone, its own answer
+            results = [await self._alone(write) for write in writes]
+        for (_, answer), result in zip(group, results, strict=True):
+            if answer.done():
+                continue
+            if isinstance(result, Exception) and not isinstance(result, AgentRunsError):
+                answer.set_exception(result)
+            else:
+                answer.set_result(result)
+
+    async def _alone(self, write: _Write) -> _Result | Exception:
+        try:
+            if isinstance(write, StepWrite):
+                return await self._runs.step_boundary(write.fence, write.type, write.data)
+            return await self._runs.end(write.fence, write.reason)
+        except Exception as failed:  # the write's own answer, whatever it is
+            return failed
+
+
+def _unexpected(result: object) -> TypeError:
+    return TypeError(f"the group answered a write with {result!r}")
