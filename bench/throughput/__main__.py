@@ -121,7 +121,7 @@ def contenders(selected: set[str]) -> list[Contender]:
         Contender(
             "agentruns, batch claims",
             "agentruns-batch",
-            [agentruns_setting(2, 10)] + [worker_loop_setting(c) for c in (10, 20, 40)],
+            [agentruns_setting(4, 10)] + [worker_loop_setting(c) for c in (20, 40, 64)],
             sweep=True,
         ),
         Contender(
