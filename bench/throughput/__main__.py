@@ -64,11 +64,12 @@ def contenders(selected: set[str]) -> list[Contender]:
             lambda url: raw.drain(url, connections=conns, batch=batch),
         )
 
-    def agentruns_setting(claimers: int, batch: int) -> Setting:
+    def agentruns_setting(claimers: int, batch: int, shared: bool = False) -> Setting:
         return Setting(
-            f"{claimers} claimer{'s' if claimers > 1 else ''} x limit {batch}",
+            f"{claimers} claimer{'s' if claimers > 1 else ''} x limit {batch}"
+            + (", one worker" if shared else ""),
             agentruns_runner.prepare,
-            lambda url: agentruns_runner.drain(url, claimers=claimers, batch=batch),
+            lambda url: agentruns_runner.drain(url, claimers=claimers, batch=batch, shared=shared),
         )
 
     def worker_loop_setting(concurrency: int) -> Setting:
@@ -115,7 +116,8 @@ def contenders(selected: set[str]) -> list[Contender]:
         Contender(
             "agentruns, single claims",
             "agentruns-single",
-            [agentruns_setting(c, 1) for c in (1, 4, 8)],
+            [agentruns_setting(c, 1) for c in (1, 8)]
+            + [agentruns_setting(c, 1, shared=True) for c in (8, 16)],
             sweep=True,
         ),
         Contender(

@@ -64,21 +64,25 @@ async def prepare(url: str, jobs: int) -> None:
         await conn.execute("VACUUM ANALYZE")
 
 
-async def drain(url: str, *, claimers: int, batch: int) -> tuple[int, float]:
-    """``claimers`` tasks each claim up to ``batch`` runs and drive them, until none is left."""
+async def drain(url: str, *, claimers: int, batch: int, shared: bool = False) -> tuple[int, float]:
+    """``claimers`` tasks each claim up to ``batch`` runs and drive them, until none is left.
+
+    Each claimer is a ``Worker`` of its own, or, with ``shared``, all call ``claim_and_drive``
+    on one ``Worker``, whose group commit then lets their step boundaries and ends share
+    transactions as a worker process's would.
+    """
     registry = kinds()
     stores = make_postgres_stores(url, None, pool_size=claimers * batch + 2)
     rng = random.Random(0)
     runs = AgentRuns(stores, registry, rng)
     workers = [
         Worker(runs, registry, stores.notifier, rng, holder=f"bench-{n}", concurrency=batch)
-        for n in range(claimers)
+        for n in range(1 if shared else claimers)
     ]
 
-    async def loop(worker: Worker) -> int:
+    async def loop(worker: Worker) -> None:
         while await worker.claim_and_drive(batch):
             pass
-        return worker.stats.claimed
 
     try:
         # Warm the pool so the clock does not time connection setup.
@@ -86,13 +90,14 @@ async def drain(url: str, *, claimers: int, batch: int) -> tuple[int, float]:
             pass
         clock = asyncio.get_running_loop()
         started = clock.time()
-        claimed = await asyncio.gather(*(loop(worker) for worker in workers))
+        await asyncio.gather(*(loop(workers[n % len(workers)]) for n in range(claimers)))
         elapsed = clock.time() - started
     finally:
         await close_postgres_stores(stores)
+    claimed = sum(worker.stats.claimed for worker in workers)
     completed = sum(worker.stats.outcomes.get(RunOutcome.COMPLETED, 0) for worker in workers)
-    if completed != sum(claimed):
-        raise RuntimeError(f"claimed {sum(claimed)} runs but completed {completed}")
+    if completed != claimed:
+        raise RuntimeError(f"claimed {claimed} runs but completed {completed}")
     return completed, elapsed
 
 
