@@ -127,18 +127,6 @@ def contenders(selected: set[str]) -> list[Contender]:
             sweep=True,
         ),
         Contender(
-            "diagnostic: AgentRuns API, batch settled in one transaction",
-            "fused",
-            [
-                Setting(
-                    "4 claimers x limit 10",
-                    agentruns_runner.prepare,
-                    lambda url: agentruns_runner.drain_fused(url, claimers=4, batch=10),
-                )
-            ],
-            sweep=False,
-        ),
-        Contender(
             "diagnostic: agentruns SQL, bare",
             "bare-sql",
             [bare_setting(8, 1), bare_setting(4, 10)],
@@ -252,7 +240,6 @@ def main(argv: list[str] | None = None) -> int:
             "raw-batch",
             "agentruns-single",
             "agentruns-batch",
-            "fused",
             "bare-sql",
             "procrastinate",
             "pgqueuer",

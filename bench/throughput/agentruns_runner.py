@@ -26,7 +26,7 @@ from agentruns.app.runs import AgentRuns
 from agentruns.app.worker import Worker
 from agentruns.domain.kinds import RunKindPolicy
 from agentruns.domain.run import AgentRun
-from agentruns.domain.termination import RunOutcome, TerminationReason
+from agentruns.domain.termination import RunOutcome
 
 KIND = "bench"
 WORKSPACES = 50
@@ -99,40 +99,6 @@ async def drain(url: str, *, claimers: int, batch: int, shared: bool = False) ->
     if completed != claimed:
         raise RuntimeError(f"claimed {claimed} runs but completed {completed}")
     return completed, elapsed
-
-
-async def drain_fused(url: str, *, claimers: int, batch: int) -> tuple[int, float]:
-    """Diagnostic: what settling fewer transactions would give, through the public API only.
-
-    Each claimer claims up to ``batch`` runs, then in ONE transaction, for every claimed run:
-    renew, append the step's event, end COMPLETED (``AgentRuns`` methods with ``tx=``, every
-    write fenced as usual). Two commits per claim instead of one per step plus one per run.
-    """
-    registry = kinds()
-    stores = make_postgres_stores(url, None, pool_size=claimers + 2)
-    runs = AgentRuns(stores, registry, random.Random(0))
-
-    async def claimer(holder: str) -> int:
-        done = 0
-        while claimed := await runs.claim(holder, limit=batch):
-            async with runs.transaction() as tx:
-                for run in claimed:
-                    await runs.renew(run.fence, tx=tx)
-                    await runs.append_event(run.fence, "step", {}, tx=tx)
-                    await runs.end(run.fence, TerminationReason.COMPLETED, tx=tx)
-            done += len(claimed)
-        return done
-
-    try:
-        async with stores.scope.transaction():
-            pass
-        clock = asyncio.get_running_loop()
-        started = clock.time()
-        counts = await asyncio.gather(*(claimer(f"fused-{n}") for n in range(claimers)))
-        elapsed = clock.time() - started
-    finally:
-        await close_postgres_stores(stores)
-    return sum(counts), elapsed
 
 
 async def drain_worker_loop(url: str, *, concurrency: int) -> tuple[int, float]:
