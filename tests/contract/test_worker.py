@@ -349,3 +349,50 @@ async def test_a_host_driving_a_run_itself_gets_the_failure_unchanged(
         "host",
     )
     assert indexed(await runs.events(run.id)) == [(1, 0)]
+
+
+async def test_a_store_outage_mid_run_stops_the_holder_without_settling() -> None:
+    """When the store cannot be reached at a step boundary, the worker's outcome is LEASE_LOST
+    (it cannot prove its lease), nothing escapes the task, and the run is left to the reaper."""
+    import random as _random
+    from collections.abc import AsyncIterator as _AsyncIterator
+    from contextlib import asynccontextmanager
+
+    from agentruns.adapters.clock import ManualClock
+    from agentruns.adapters.memory import MemoryDatabase, MemoryFamily, MemoryTransaction
+    from agentruns.app.kinds import RunKind, RunKinds, StepEvent
+    from agentruns.app.runs import AgentRuns
+    from agentruns.app.worker import Worker
+    from agentruns.domain.errors import StoreUnavailable
+    from agentruns.domain.kinds import RunKindPolicy
+    from agentruns.domain.run import AgentRun as _AgentRun
+    from agentruns.domain.termination import RunOutcome as _RunOutcome
+
+    family = MemoryFamily(ManualClock())
+    database: MemoryDatabase = family.database
+    outage = {"on": False}
+    opened = database.transaction
+
+    @asynccontextmanager
+    async def flaky_transaction() -> _AsyncIterator[MemoryTransaction]:
+        if outage["on"]:
+            raise StoreUnavailable("the database is restarting")
+        async with opened() as tx:
+            yield tx
+
+    database.transaction = flaky_transaction  # type: ignore[method-assign]
+
+    async def steps(run: _AgentRun) -> _AsyncIterator[StepEvent]:
+        outage["on"] = True
+        yield StepEvent("after the outage began")
+
+    kinds = RunKinds([RunKind(RunKindPolicy("fragile"), steps)])
+    runs = AgentRuns(family.stores, kinds, _random.Random(1))
+    worker = Worker(runs, kinds, family.notifier, _random.Random(2), holder="w")
+    await runs.enqueue("fragile", workspace="acme", subject="s")
+    [run] = await runs.claim("w")
+    assert await worker.drive(run) is _RunOutcome.LEASE_LOST
+    outage["on"] = False
+    left = await runs.get(run.id)
+    assert left.state.value == "leased"
+    assert await runs.events(run.id) == []

@@ -22,7 +22,7 @@ from agentruns.app.ports import Notifier
 from agentruns.app.runs import AgentRuns
 from agentruns.app.settler import GroupSettler
 from agentruns.domain.backoff import RandomSource
-from agentruns.domain.errors import LeaseLost, RunNotFound
+from agentruns.domain.errors import LeaseLost, RunNotFound, StoreUnavailable
 from agentruns.domain.failures import classify
 from agentruns.domain.run import AgentRun
 from agentruns.domain.termination import (
@@ -95,11 +95,19 @@ class Worker:
             outcome = RunOutcome.COMPLETED
         except LeaseLost:
             outcome = await self._lost(run)
+        except StoreUnavailable:
+            outcome = self._unreachable(run)
         except Exception as failure:  # a step failed: classify it and recover
             outcome = await self._recover(run, failure)
         log.info("run %s", outcome, extra={**extra, "outcome": str(outcome)})
         self.stats.count(outcome)
         return outcome
+
+    def _unreachable(self, run: AgentRun) -> RunOutcome:
+        """The store cannot be reached: the holder cannot prove its lease, so it stops without
+        settling, and the reaper takes the run back once the lease runs out."""
+        log.error("store unavailable; the run is left to lease expiry", extra=_context(run))
+        return RunOutcome.LEASE_LOST
 
     async def _recover(self, run: AgentRun, failure: Exception) -> RunOutcome:
         kind = self._kinds.get(run.kind)
@@ -124,6 +132,8 @@ class Worker:
                     return RunOutcome.REQUEUED
         except LeaseLost:
             return await self._lost(run)
+        except StoreUnavailable:
+            return self._unreachable(run)
 
     async def _end(self, run: AgentRun, reason: TerminationReason) -> None:
         """End the run with the group, unless its kind has a domain row: then alone, so its
@@ -137,7 +147,7 @@ class Worker:
         """A lost lease; CANCELLED when the loss was a cancel of this very epoch."""
         try:
             now = await self._runs.get(run.id)
-        except RunNotFound:
+        except (RunNotFound, StoreUnavailable):
             now = None
         if (
             now is not None
