@@ -23,7 +23,6 @@ from dependency_injector import providers
 
 from agentruns.adapters.clock import ManualClock
 from agentruns.adapters.memory import MemoryFamily
-from agentruns.app.container import AgentRunsContainer
 from agentruns.app.kinds import RunKind, RunKinds
 from agentruns.app.ports import Stores
 from agentruns.app.reaper import AgentRunReaper
@@ -32,6 +31,7 @@ from agentruns.app.worker import Worker
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import RunOutcome
+from agentruns.entrypoints.container import AgentRunsContainer
 
 
 @dataclass
@@ -50,7 +50,7 @@ class AgentRunsHarness:
         self.clock = clock
         self.memory = MemoryFamily(clock)
         self.stores: Stores = self.memory.stores
-        container.stores.override(providers.Object(self.stores))
+        container.family.override(providers.Object(self.memory))
         self.kinds: RunKinds = container.kinds()
         self.runs: AgentRuns = container.runs()
         self.worker: Worker = container.worker(holder="test-worker")

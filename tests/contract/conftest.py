@@ -11,11 +11,8 @@ import pytest
 
 from agentruns.adapters.clock import ManualClock
 from agentruns.adapters.memory import MemoryFamily
-from agentruns.adapters.postgres import (
-    PostgresReviewJobs,
-    close_postgres_stores,
-    make_postgres_stores,
-)
+from agentruns.adapters.postgres import PostgresFamily
+from agentruns.app.family import AdapterFamily
 from agentruns.app.kinds import RunKinds
 from agentruns.app.ports import Stores
 from agentruns.app.reaper import AgentRunReaper
@@ -35,13 +32,17 @@ class Backend:
 
     name: str
     clock: ManualClock
-    stores: Stores
+    family: AdapterFamily
     review_jobs: ReviewJobs
+
+    @property
+    def stores(self) -> Stores:
+        return self.family.stores
 
 
 def memory_backend(clock: ManualClock) -> Backend:
     family = MemoryFamily(clock)
-    return Backend("memory", clock, family.stores, family.review_jobs)
+    return Backend("memory", clock, family, family.review_jobs)
 
 
 @pytest.fixture
@@ -61,11 +62,11 @@ async def backend(request: pytest.FixtureRequest, clock: ManualClock) -> AsyncIt
     elif request.param == "postgres":
         # Only a PostgreSQL test asks for the server, so a memory-only run never starts it.
         url: str = request.getfixturevalue("postgres_url")
-        stores = make_postgres_stores(url, clock)
+        family = PostgresFamily(url, clock)
         try:
-            yield Backend("postgres", clock, stores, PostgresReviewJobs())
+            yield Backend("postgres", clock, family, family.review_jobs)
         finally:
-            await close_postgres_stores(stores)
+            await family.close()
     else:  # pragma: no cover - each family adds its branch
         raise AssertionError(f"unknown backend {request.param}")
 

@@ -6,9 +6,6 @@ from datetime import timedelta
 
 import pytest
 
-from agentruns.adapters.memory import memory_run_stats
-from agentruns.adapters.postgres import PostgresDatabase
-from agentruns.adapters.postgres.stats import PostgresRunStats
 from agentruns.app.ports import BudgetHold
 from agentruns.app.runs import AgentRuns
 from agentruns.app.stats import RunStats, RunStatus
@@ -21,10 +18,7 @@ from tests.contract.kinds import LEASE
 
 @pytest.fixture
 def stats(backend: Backend) -> RunStats:
-    if backend.name == "memory":
-        return memory_run_stats(backend.stores, backend.clock)
-    assert isinstance(backend.stores.scope, PostgresDatabase)
-    return PostgresRunStats(backend.stores.scope)
+    return backend.family.stats
 
 
 async def _status(backend: Backend, stats: RunStats) -> RunStatus:

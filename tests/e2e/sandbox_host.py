@@ -11,9 +11,9 @@ from datetime import UTC, datetime
 
 from agentruns.adapters.memory import MemorySandboxClaims
 from agentruns.adapters.tokens import SigningKey
-from agentruns.app.container import SandboxHosting
-from agentruns.app.demo.kinds import REVIEW
 from agentruns.app.sandboxes import AgentSandboxKind
+from agentruns.entrypoints.container import SandboxHosting
+from agentruns.entrypoints.demo.kinds import REVIEW
 
 KEY = SigningKey(
     "e2e", b"e2e-sandbox-signing-secret-32-bytes!", not_after=datetime(2100, 1, 1, tzinfo=UTC)

@@ -23,16 +23,16 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from agentruns.adapters.postgres import close_postgres_stores, make_postgres_stores
-from agentruns.app.cli import app
-from agentruns.app.demo.kinds import REVIEW, demo_kinds
 from agentruns.app.ports import BudgetHold
 from agentruns.app.runs import AgentRuns
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
+from agentruns.entrypoints.cli import app
+from agentruns.entrypoints.demo.kinds import REVIEW, demo_kinds
 from tests.postgres_server import empty_database
 
-KINDS = "agentruns.app.demo.kinds:KINDS"
+KINDS = "agentruns.entrypoints.demo.kinds:KINDS"
 
 
 def invoke(url: str, *args: str) -> Result:
@@ -230,7 +230,7 @@ def _command(url: str, log: Path, *args: str) -> subprocess.Popen[bytes]:
     env = {**os.environ, "AGENTRUNS_DATABASE_URL": url, "AGENTRUNS_POLL_INTERVAL": "0.2"}
     with log.open("wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "agentruns.app.cli", "--log-format", "json", *args],
+            [sys.executable, "-m", "agentruns.entrypoints.cli", "--log-format", "json", *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=env,

@@ -22,13 +22,13 @@ import pytest
 from dependency_injector import providers
 
 from agentruns.adapters.memory import MemorySandboxClaims
-from agentruns.app import container as composition
-from agentruns.app.container import AgentRunsContainer
-from agentruns.app.demo.kinds import demo_kinds
 from agentruns.app.runs import AgentRuns
 from agentruns.domain.sandbox import AgentSandbox
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
+from agentruns.entrypoints import container as composition
+from agentruns.entrypoints.container import AgentRunsContainer
+from agentruns.entrypoints.demo.kinds import demo_kinds
 from tests.e2e import sandbox_host
 from tests.e2e.test_cli import (
     KINDS,
@@ -52,7 +52,7 @@ def command(
     environment = {**os.environ, "AGENTRUNS_DATABASE_URL": url, **(env or {})}
     with log.open("wb") as out:
         return subprocess.Popen(
-            [sys.executable, "-m", "agentruns.app.cli", "--log-format", "json", *args],
+            [sys.executable, "-m", "agentruns.entrypoints.cli", "--log-format", "json", *args],
             stdout=out,
             stderr=subprocess.STDOUT,
             env=environment,

@@ -11,13 +11,13 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from agentruns.app.cli import app
-from agentruns.app.demo.report import DemoReport, check_invariants
-from agentruns.app.demo.runner import DemoConfig
-from agentruns.app.demo.session import demo_in_memory, demo_on_postgres
-from agentruns.app.demo.workload import HELD, INACTIVE, build_workload
 from agentruns.app.stats import RunStatus
 from agentruns.domain.bands import Band
+from agentruns.entrypoints.cli import app
+from agentruns.entrypoints.demo.report import DemoReport, check_invariants
+from agentruns.entrypoints.demo.runner import DemoConfig
+from agentruns.entrypoints.demo.session import demo_in_memory, demo_on_postgres
+from agentruns.entrypoints.demo.workload import HELD, INACTIVE, build_workload
 
 SMALL = DemoConfig(scale=0.1, workers=2, concurrency=4, timeout=90)
 

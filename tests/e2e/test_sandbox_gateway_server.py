@@ -9,7 +9,7 @@ from contextlib import asynccontextmanager
 import httpx
 import uvicorn
 
-from agentruns.adapters.gateway import create_gateway
+from agentruns.entrypoints.gateway import create_gateway
 from tests.contract.sandboxes.world import World, world_of
 
 

@@ -6,11 +6,11 @@ import pytest
 from dependency_injector import providers
 
 from agentruns.adapters.postgres import PostgresDatabase, close_postgres_stores
-from agentruns.app.container import AgentRunsContainer
 from agentruns.app.kinds import RunKind
-from agentruns.app.settings import AgentRunsSettings
 from agentruns.domain.kinds import RunKindPolicy
 from agentruns.domain.states import AgentRunState
+from agentruns.entrypoints.container import AgentRunsContainer
+from agentruns.entrypoints.settings import AgentRunsSettings
 from tests.contract.kinds import scripted_steps
 
 

@@ -12,17 +12,17 @@ import typer
 
 from agentruns.adapters.memory import MemorySandboxClaims
 from agentruns.adapters.tokens import SigningKey
-from agentruns.app.cli.support import (
+from agentruns.app.sandboxes import AgentSandboxKind
+from agentruns.domain.errors import StoreUnavailable
+from agentruns.entrypoints.cli.support import (
     CliError,
     guarded,
     load_kinds,
     load_sandboxes,
     parse_duration,
 )
-from agentruns.app.container import SandboxHosting
-from agentruns.app.demo.kinds import CHAT, DIGEST, REVIEW, demo_kinds
-from agentruns.app.sandboxes import AgentSandboxKind
-from agentruns.domain.errors import StoreUnavailable
+from agentruns.entrypoints.container import SandboxHosting
+from agentruns.entrypoints.demo.kinds import CHAT, DIGEST, REVIEW, demo_kinds
 
 
 @pytest.mark.parametrize(

@@ -9,12 +9,12 @@ from dependency_injector import providers
 from pydantic import ValidationError
 
 from agentruns.adapters.clock import ManualClock
-from agentruns.app.container import AgentRunsContainer
 from agentruns.app.kinds import RunKind, RunKinds, StepEvent
-from agentruns.app.settings import AgentRunsSettings
 from agentruns.domain.kinds import RunKindPolicy
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
+from agentruns.entrypoints.container import AgentRunsContainer
+from agentruns.entrypoints.settings import AgentRunsSettings
 
 
 def test_settings_read_the_agentruns_environment(monkeypatch: pytest.MonkeyPatch) -> None:

@@ -15,13 +15,13 @@ from dependency_injector import providers
 from prometheus_client import CollectorRegistry
 
 from agentruns.adapters.prometheus import PrometheusMetrics
-from agentruns.app.demo.kinds import scripted_steps
 from agentruns.app.kinds import RunKind
-from agentruns.app.logs import configure_logging
 from agentruns.domain.backoff import Backoff
 from agentruns.domain.bands import Band
 from agentruns.domain.kinds import RunKindPolicy
 from agentruns.domain.termination import TerminationReason
+from agentruns.entrypoints.demo.kinds import scripted_steps
+from agentruns.entrypoints.logs import configure_logging
 from agentruns.testing import harness
 
 KIND = RunKind(
@@ -136,7 +136,7 @@ async def test_a_lost_lease_is_counted_apart_from_a_failure() -> None:
 def test_the_memory_profile_imports_no_driver_and_no_metrics_client() -> None:
     """A host testing in memory (maybe installed without extras) imports neither."""
     probe = (
-        "import sys, agentruns.testing, agentruns.app.container as c;"
+        "import sys, agentruns.testing, agentruns.entrypoints.container as c;"
         "c.AgentRunsContainer().runs();"
         "print(sorted(m for m in ('psycopg', 'sqlalchemy', 'prometheus_client', 'typer')"
         " if m in sys.modules))"

@@ -8,8 +8,6 @@ from uuid import UUID
 
 import pytest
 
-from agentruns.app.sandbox_reaper import sandbox_timings
-from agentruns.app.settings import AgentRunsSettings
 from agentruns.domain.errors import IllegalTransition, SandboxNotLive
 from agentruns.domain.sandbox import (
     AgentSandbox,
@@ -22,6 +20,8 @@ from agentruns.domain.sandbox import (
     take_back_cause,
     usable,
 )
+from agentruns.entrypoints.container import sandbox_timings
+from agentruns.entrypoints.settings import AgentRunsSettings
 from tests.strategies import EPOCH
 
 TIMINGS = SandboxTimings()

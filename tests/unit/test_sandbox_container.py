@@ -10,11 +10,11 @@ from dependency_injector import errors, providers
 from agentruns.adapters.clock import ManualClock
 from agentruns.adapters.memory import MemorySandboxClaims, MemorySandboxStore
 from agentruns.adapters.tokens import JwtSandboxTokens, SigningKey
-from agentruns.app.container import AgentRunsContainer, SandboxHosting, use_sandboxes
 from agentruns.app.sandboxes import AgentSandboxKind
-from agentruns.app.settings import AgentRunsSettings
 from agentruns.domain.errors import SandboxError
 from agentruns.domain.sandbox import SandboxState
+from agentruns.entrypoints.container import AgentRunsContainer, SandboxHosting, use_sandboxes
+from agentruns.entrypoints.settings import AgentRunsSettings
 from tests.strategies import EPOCH
 
 

@@ -20,20 +20,10 @@ from dataclasses import dataclass, field
 
 from agentruns.app.ports import TransactionScope
 from agentruns.app.sandbox_ports import SandboxClaims, SandboxStore
-from agentruns.app.settings import AgentRunsSettings
 from agentruns.domain.errors import SandboxError
 from agentruns.domain.sandbox import AgentSandbox, SandboxTimings
 
 log = logging.getLogger("agentruns.sandbox_reaper")
-
-
-def sandbox_timings(settings: AgentRunsSettings) -> SandboxTimings:
-    """The take-back limits from the settings (``AGENTRUNS_SANDBOX_START`` and friends)."""
-    return SandboxTimings(
-        start=settings.sandbox_start,
-        idle=settings.sandbox_idle,
-        conversation_idle=settings.conversation_sandbox_idle,
-    )
 
 
 @dataclass(slots=True)

@@ -11,9 +11,9 @@ import httpx
 import jwt
 import pytest
 
-from agentruns.adapters.gateway import create_gateway
 from agentruns.domain.sandbox import AgentSandbox, SandboxState
 from agentruns.domain.states import AgentRunState
+from agentruns.entrypoints.gateway import create_gateway
 from tests.contract.sandboxes.world import START, World
 
 

@@ -14,11 +14,11 @@ from agentruns.adapters.memory.sandbox_claims import MemorySandboxClaims
 from agentruns.adapters.memory.sandboxes import MemorySandboxStore
 from agentruns.adapters.memory.stats import MemoryRunStats
 from agentruns.adapters.memory.workspaces import MemoryWorkspaceStore
+from agentruns.app.family import AdapterFamily
 from agentruns.app.ports import Clock, Stores
-from agentruns.app.stats import RunStats
 
 
-class MemoryFamily:
+class MemoryFamily(AdapterFamily):
     """A fresh family of memory stores sharing one database and clock, with their concrete
     types (tests read ``family.runs.rows``; the app sees only :attr:`stores`)."""
 
@@ -30,9 +30,9 @@ class MemoryFamily:
         self.runs = MemoryRunStore(self.database, clock, self.workspaces, self.notifier)
         self.events = MemoryEventLog(self.database, clock, self.runs)
         self.review_jobs = MemoryReviewJobs(self.database)
-        self.sandboxes = MemorySandboxStore(self.database, clock, self.runs)
-        self.stats = MemoryRunStats(self.database, self.runs, self.workspaces, clock)
-        self.stores = Stores(
+        self._sandboxes = MemorySandboxStore(self.database, clock, self.runs)
+        self._stats = MemoryRunStats(self.database, self.runs, self.workspaces, clock)
+        self._stores = Stores(
             scope=self.database,
             runs=self.runs,
             events=self.events,
@@ -40,19 +40,25 @@ class MemoryFamily:
             notifier=self.notifier,
         )
 
+    @property
+    def stores(self) -> Stores:
+        return self._stores
+
+    @property
+    def sandboxes(self) -> MemorySandboxStore:
+        return self._sandboxes
+
+    @property
+    def stats(self) -> MemoryRunStats:
+        return self._stats
+
+    async def close(self) -> None:
+        """Nothing to release: the family lives as long as a reference to it."""
+
 
 def make_memory_stores(clock: Clock) -> Stores:
     """The stores of a fresh memory family (what the container's memory profile uses)."""
     return MemoryFamily(clock).stores
-
-
-def memory_run_stats(stores: Stores, clock: Clock) -> RunStats:
-    """The read model over a family of memory stores (built by :func:`make_memory_stores`)."""
-    if not isinstance(stores.scope, MemoryDatabase) or not isinstance(stores.runs, MemoryRunStore):
-        raise TypeError("memory run stats need memory stores")
-    if not isinstance(stores.workspaces, MemoryWorkspaceStore):
-        raise TypeError("memory run stats need a memory workspace store")
-    return MemoryRunStats(stores.scope, stores.runs, stores.workspaces, clock)
 
 
 __all__ = [
@@ -69,5 +75,4 @@ __all__ = [
     "MemoryTransaction",
     "MemoryWorkspaceStore",
     "make_memory_stores",
-    "memory_run_stats",
 ]

@@ -11,7 +11,7 @@ from uuid import UUID
 
 from agentruns.adapters.memory.database import MemoryDatabase, MemoryTable
 from agentruns.adapters.memory.runs import MemoryRunStore
-from agentruns.app.ports import Clock, Stores, Transaction
+from agentruns.app.ports import Clock, Transaction
 from agentruns.app.sandbox_ports import SandboxStore
 from agentruns.domain.errors import IllegalTransition, SandboxNotLive
 from agentruns.domain.sandbox import (
@@ -138,10 +138,3 @@ class MemorySandboxStore(SandboxStore):
         self._database.check(tx)
         named = {row.claim_name for row in self.rows.values()}
         return {name for name in names if name in named}
-
-
-def memory_sandbox_store(stores: Stores, clock: Clock) -> MemorySandboxStore:
-    """The sandbox store of a memory family built as :class:`Stores` (the container's way)."""
-    if not isinstance(stores.scope, MemoryDatabase) or not isinstance(stores.runs, MemoryRunStore):
-        raise TypeError("a memory sandbox store needs the stores of a memory family")
-    return MemorySandboxStore(stores.scope, clock, stores.runs)

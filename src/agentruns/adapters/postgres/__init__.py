@@ -1,6 +1,6 @@
 """The PostgreSQL adapters: SQLAlchemy Core on psycopg 3, async.
 
-``make_postgres_stores(url, clock)`` builds the family the container and the contract suite use;
+``PostgresFamily(url, clock)`` builds the family the container and the contract suite use;
 ``migrate(url)`` brings a database to the newest schema (the revisions ship in the wheel).
 """
 
@@ -12,26 +12,60 @@ from agentruns.adapters.postgres.notifier import PostgresNotifier
 from agentruns.adapters.postgres.reviews import PostgresReviewJobs
 from agentruns.adapters.postgres.runs import PostgresEventLog, PostgresRunStore
 from agentruns.adapters.postgres.sandboxes import PostgresSandboxStore
+from agentruns.adapters.postgres.stats import PostgresRunStats
 from agentruns.adapters.postgres.workspaces import PostgresWorkspaceStore
+from agentruns.app.family import AdapterFamily
 from agentruns.app.ports import Clock, Stores
+
+
+class PostgresFamily(AdapterFamily):
+    """The PostgreSQL stores over one engine, the sandbox store and the read model beside them.
+
+    Opens no connection until first used; :meth:`close` disposes of the pool and the listening
+    connection. Every time decision is on the database clock unless ``clock`` pins one (tests).
+    """
+
+    def __init__(self, url: str | None, clock: Clock | None = None, *, pool_size: int = 5) -> None:
+        if not url:
+            raise ValueError("the postgres profile needs a database URL (AGENTRUNS_DATABASE_URL)")
+        self.database = PostgresDatabase(url, clock, pool_size=pool_size)
+        self.runs = PostgresRunStore(self.database)
+        self.events = PostgresEventLog(self.database, self.runs)
+        self.workspaces = PostgresWorkspaceStore(self.database)
+        self.notifier = PostgresNotifier(url)
+        self.review_jobs = PostgresReviewJobs()
+        self._stores = Stores(
+            scope=self.database,
+            runs=self.runs,
+            events=self.events,
+            workspaces=self.workspaces,
+            notifier=self.notifier,
+        )
+        self._sandboxes = PostgresSandboxStore(self.database)
+        self._stats = PostgresRunStats(self.database)
+
+    @property
+    def stores(self) -> Stores:
+        return self._stores
+
+    @property
+    def sandboxes(self) -> PostgresSandboxStore:
+        return self._sandboxes
+
+    @property
+    def stats(self) -> PostgresRunStats:
+        return self._stats
+
+    async def close(self) -> None:
+        await self.notifier.close()
+        await self.database.dispose()
 
 
 def make_postgres_stores(
     url: str | None, clock: Clock | None = None, *, pool_size: int = 5
 ) -> Stores:
-    """The PostgreSQL stores over one engine. Opens no connection until first used;
-    ``close_postgres_stores`` disposes of the pool and the listening connection."""
-    if not url:
-        raise ValueError("the postgres profile needs a database URL (AGENTRUNS_DATABASE_URL)")
-    database = PostgresDatabase(url, clock, pool_size=pool_size)
-    runs = PostgresRunStore(database)
-    return Stores(
-        scope=database,
-        runs=runs,
-        events=PostgresEventLog(database, runs),
-        workspaces=PostgresWorkspaceStore(database),
-        notifier=PostgresNotifier(url),
-    )
+    """The stores of a fresh :class:`PostgresFamily`; ``close_postgres_stores`` releases them."""
+    return PostgresFamily(url, clock, pool_size=pool_size).stores
 
 
 async def close_postgres_stores(stores: Stores) -> None:
@@ -44,6 +78,7 @@ async def close_postgres_stores(stores: Stores) -> None:
 __all__ = [
     "PostgresDatabase",
     "PostgresEventLog",
+    "PostgresFamily",
     "PostgresNotifier",
     "PostgresReviewJobs",
     "PostgresRunStore",

@@ -14,7 +14,7 @@ from sqlalchemy.engine import RowMapping
 from agentruns.adapters.postgres import sandbox_sql as sql
 from agentruns.adapters.postgres.database import PostgresDatabase, execute, fetch
 from agentruns.adapters.postgres.sql import NOW_SELECT
-from agentruns.app.ports import Stores, Transaction
+from agentruns.app.ports import Transaction
 from agentruns.app.sandbox_ports import SandboxStore
 from agentruns.domain.errors import IllegalTransition, SandboxNotLive
 from agentruns.domain.sandbox import AgentSandbox, SandboxState, SandboxTimings
@@ -128,10 +128,3 @@ class PostgresSandboxStore(SandboxStore):
             return set()
         rows = await fetch(tx, sql.CLAIM_NAMES, {"names": names})
         return {row["claim_name"] for row in rows}
-
-
-def postgres_sandbox_store(stores: Stores) -> PostgresSandboxStore:
-    """The sandbox store sharing a PostgreSQL family's engine (the container's way)."""
-    if not isinstance(stores.scope, PostgresDatabase):
-        raise TypeError("a PostgreSQL sandbox store needs the stores of a PostgreSQL family")
-    return PostgresSandboxStore(stores.scope)

@@ -26,20 +26,19 @@ from dependency_injector import containers, providers
 
 from agentruns.adapters.clock import SystemClock
 from agentruns.adapters.embedded import EmbeddedPostgres
-from agentruns.adapters.memory import make_memory_stores, memory_run_stats
-from agentruns.adapters.memory.sandboxes import memory_sandbox_store
+from agentruns.adapters.memory import MemoryFamily
+from agentruns.app.family import AdapterFamily
 from agentruns.app.kinds import RunKinds
 from agentruns.app.metrics import Metrics, NoMetrics
-from agentruns.app.ports import Stores
 from agentruns.app.reaper import AgentRunReaper
 from agentruns.app.runs import AgentRuns
-from agentruns.app.sandbox_ports import SandboxClaims, SandboxStore, SandboxTokens
-from agentruns.app.sandbox_reaper import AgentSandboxReaper, sandbox_timings
+from agentruns.app.sandbox_ports import SandboxClaims, SandboxTokens
+from agentruns.app.sandbox_reaper import AgentSandboxReaper
 from agentruns.app.sandboxes import AgentSandboxes, AgentSandboxKind
-from agentruns.app.settings import AgentRunsSettings
-from agentruns.app.stats import RunStats
 from agentruns.app.worker import Worker
 from agentruns.domain.errors import StoreUnavailable
+from agentruns.domain.sandbox import SandboxTimings
+from agentruns.entrypoints.settings import AgentRunsSettings
 
 if TYPE_CHECKING:
     from agentruns.adapters.tokens import SigningKey
@@ -49,34 +48,26 @@ if TYPE_CHECKING:
 # prometheus-client.
 
 
-def postgres_stores(url: str | None, pool_size: int) -> Stores:
-    """The PostgreSQL stores at ``url``: every time decision on the database clock."""
-    from agentruns.adapters.postgres import make_postgres_stores
+def postgres_family(url: str | None, pool_size: int) -> AdapterFamily:
+    """The PostgreSQL family at ``url``: every time decision on the database clock."""
+    from agentruns.adapters.postgres import PostgresFamily
 
-    return make_postgres_stores(url, None, pool_size=pool_size)
-
-
-def postgres_sandbox_store(stores: Stores) -> SandboxStore:
-    """The sandbox rows beside a family of PostgreSQL stores."""
-    from agentruns.adapters.postgres.sandboxes import postgres_sandbox_store as build
-
-    return build(stores)
-
-
-def postgres_run_stats(stores: Stores) -> RunStats:
-    """The read model over a family of PostgreSQL stores."""
-    from agentruns.adapters.postgres import PostgresDatabase
-    from agentruns.adapters.postgres.stats import PostgresRunStats
-
-    if not isinstance(stores.scope, PostgresDatabase):
-        raise TypeError("PostgreSQL run stats need PostgreSQL stores")
-    return PostgresRunStats(stores.scope)
+    return PostgresFamily(url, None, pool_size=pool_size)
 
 
 def prometheus_metrics() -> Metrics:
     from agentruns.adapters.prometheus import PrometheusMetrics
 
     return PrometheusMetrics()
+
+
+def sandbox_timings(settings: AgentRunsSettings) -> SandboxTimings:
+    """The take-back limits from the settings (``AGENTRUNS_SANDBOX_START`` and friends)."""
+    return SandboxTimings(
+        start=settings.sandbox_start,
+        idle=settings.sandbox_idle,
+        conversation_idle=settings.conversation_sandbox_idle,
+    )
 
 
 def default_holder() -> str:
@@ -91,23 +82,21 @@ class AgentRunsContainer(containers.DeclarativeContainer):
     rng = providers.Singleton(random.Random)
     kinds = providers.Singleton(RunKinds)
 
-    stores = providers.Selector(
+    # The profile is chosen once: a family gives every store over one shared scope.
+    family: providers.Provider[AdapterFamily] = providers.Selector(
         profile,
-        memory=providers.Singleton(make_memory_stores, clock=clock),
+        memory=providers.Singleton(MemoryFamily, clock=clock),
         # The pool is sized for the worker's slots plus the reaper and a claimer.
         postgres=providers.Singleton(
-            postgres_stores,
+            postgres_family,
             url=settings.provided.database_url,
             pool_size=providers.Callable(
                 lambda settings: settings.worker_concurrency + 2, settings
             ),
         ),
     )
-    run_stats = providers.Selector(
-        profile,
-        memory=providers.Singleton(memory_run_stats, stores=stores, clock=clock),
-        postgres=providers.Singleton(postgres_run_stats, stores=stores),
-    )
+    stores = family.provided.stores
+    run_stats = family.provided.stats
 
     # "none" records nothing; "prometheus" counts into a registry a process can expose.
     metrics_backend = providers.Object("none")
@@ -146,11 +135,7 @@ class AgentRunsContainer(containers.DeclarativeContainer):
         metrics=metrics,
     )
 
-    sandbox_store = providers.Selector(
-        profile,
-        memory=providers.Singleton(memory_sandbox_store, stores=stores, clock=clock),
-        postgres=providers.Singleton(postgres_sandbox_store, stores=stores),
-    )
+    sandbox_store = family.provided.sandboxes
     sandbox_claims: providers.Dependency[SandboxClaims] = providers.Dependency()
     sandbox_tokens: providers.Dependency[SandboxTokens] = providers.Dependency()
     sandbox_kinds = providers.Object(())
@@ -235,11 +220,7 @@ def fresh_database(url: str, name: str) -> str:
 
 async def close(container: AgentRunsContainer) -> None:
     """Release what the container's stores hold (a PostgreSQL pool and listener)."""
-    if container.profile() != "postgres":
-        return
-    from agentruns.adapters.postgres import close_postgres_stores
-
-    await close_postgres_stores(container.stores())
+    await container.family().close()
 
 
 def serve_metrics(metrics: Metrics, port: int) -> None:
@@ -315,7 +296,7 @@ async def serve_gateway(
     is set, then let calls in flight finish within ``shutdown_grace``. ``started`` gets the URL
     once the port is bound (``port`` 0 picks a free one); a port that cannot be bound raises
     :class:`OSError` before anything is served."""
-    from agentruns.adapters.gateway import create_gateway, serve
+    from agentruns.entrypoints.gateway import create_gateway, serve
 
     app = create_gateway(container.sandboxes(), container.runs())
     grace = container.settings().shutdown_grace.total_seconds()

@@ -8,9 +8,9 @@ from typing import Annotated
 
 import typer
 
-from agentruns.app import container as composition
-from agentruns.app.cli.root import DataDir, KindRefs, SandboxesRef, app
-from agentruns.app.cli.support import (
+from agentruns.entrypoints import container as composition
+from agentruns.entrypoints.cli.root import DataDir, KindRefs, SandboxesRef, app
+from agentruns.entrypoints.cli.support import (
     CliError,
     database,
     guarded,
@@ -20,7 +20,7 @@ from agentruns.app.cli.support import (
     settings,
     stop_on_signals,
 )
-from agentruns.app.container import AgentRunsContainer
+from agentruns.entrypoints.container import AgentRunsContainer
 
 log = logging.getLogger("agentruns.cli")
 

@@ -9,11 +9,11 @@ from rich.progress_bar import ProgressBar
 from rich.table import Table
 from rich.text import Text
 
-from agentruns.app.demo.report import DemoReport
 from agentruns.app.stats import RunStatus
 from agentruns.domain.bands import Band
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
+from agentruns.entrypoints.demo.report import DemoReport
 
 
 def progress_view(status: RunStatus, extra: dict[str, object]) -> RenderableType:

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-from agentruns.app.cli import demo, gateway, inspection, operate
-from agentruns.app.cli.root import app
+from agentruns.entrypoints.cli import demo, gateway, inspection, operate
+from agentruns.entrypoints.cli.root import app
 
 __all__ = ["app", "demo", "gateway", "inspection", "main", "operate"]
 

@@ -8,9 +8,10 @@ from typing import Annotated
 
 import typer
 
-from agentruns.app import container as composition
-from agentruns.app.cli.root import DataDir, KindRefs, SandboxesRef, app, db_app, out
-from agentruns.app.cli.support import (
+from agentruns.app.metrics import sample_queue_depth
+from agentruns.entrypoints import container as composition
+from agentruns.entrypoints.cli.root import DataDir, KindRefs, SandboxesRef, app, db_app, out
+from agentruns.entrypoints.cli.support import (
     CliError,
     database,
     guarded,
@@ -20,8 +21,7 @@ from agentruns.app.cli.support import (
     settings,
     stop_on_signals,
 )
-from agentruns.app.container import AgentRunsContainer, default_holder
-from agentruns.app.metrics import sample_queue_depth
+from agentruns.entrypoints.container import AgentRunsContainer, default_holder
 
 log = logging.getLogger("agentruns.cli")
 

@@ -11,10 +11,13 @@ from uuid import UUID
 import typer
 from rich.console import RenderableType
 
-from agentruns.app import container as composition
-from agentruns.app.cli import render
-from agentruns.app.cli.root import DataDir, KindRefs, app, out, runs_app
-from agentruns.app.cli.support import (
+from agentruns.app.stats import RunStatus
+from agentruns.domain.run import AgentRun
+from agentruns.domain.states import AgentRunState
+from agentruns.entrypoints import container as composition
+from agentruns.entrypoints.cli import render
+from agentruns.entrypoints.cli.root import DataDir, KindRefs, app, out, runs_app
+from agentruns.entrypoints.cli.support import (
     CliError,
     database,
     guarded,
@@ -23,10 +26,7 @@ from agentruns.app.cli.support import (
     postgres_container,
     settings,
 )
-from agentruns.app.container import AgentRunsContainer
-from agentruns.app.stats import RunStatus
-from agentruns.domain.run import AgentRun
-from agentruns.domain.states import AgentRunState
+from agentruns.entrypoints.container import AgentRunsContainer
 
 # -- status, runs, purge --------------------------------------------------------------------
 

@@ -14,9 +14,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
 
-from agentruns.app.demo.fleet import Fleet
-from agentruns.app.demo.report import DemoReport, Orphan, check_invariants
-from agentruns.app.demo.workload import Workload
 from agentruns.app.ports import BudgetHold, TransactionScope
 from agentruns.app.runs import AgentRuns
 from agentruns.app.stats import RunStats, RunStatus
@@ -24,6 +21,9 @@ from agentruns.domain.errors import AgentRunsError
 from agentruns.domain.run import AgentRunFence
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
+from agentruns.entrypoints.demo.fleet import Fleet
+from agentruns.entrypoints.demo.report import DemoReport, Orphan, check_invariants
+from agentruns.entrypoints.demo.workload import Workload
 
 
 class DemoAborted(AgentRunsError):

@@ -7,14 +7,14 @@ from pathlib import Path
 
 from dependency_injector import providers
 
-from agentruns.app import container as composition
-from agentruns.app.container import AgentRunsContainer
-from agentruns.app.demo.fleet import Fleet, ProcessFleet, TaskFleet
-from agentruns.app.demo.kinds import LEASE, demo_kinds
-from agentruns.app.demo.report import DemoReport
-from agentruns.app.demo.runner import DemoConductor, DemoConfig, Progress
-from agentruns.app.demo.workload import build_workload
-from agentruns.app.settings import AgentRunsSettings
+from agentruns.entrypoints import container as composition
+from agentruns.entrypoints.container import AgentRunsContainer
+from agentruns.entrypoints.demo.fleet import Fleet, ProcessFleet, TaskFleet
+from agentruns.entrypoints.demo.kinds import LEASE, demo_kinds
+from agentruns.entrypoints.demo.report import DemoReport
+from agentruns.entrypoints.demo.runner import DemoConductor, DemoConfig, Progress
+from agentruns.entrypoints.demo.workload import build_workload
+from agentruns.entrypoints.settings import AgentRunsSettings
 
 DEMO_DATABASE = "agentruns_demo"
 

@@ -19,11 +19,11 @@ from dependency_injector import providers
 from pydantic import ValidationError
 from rich.console import Console
 
-from agentruns.app import container as composition
-from agentruns.app.container import AgentRunsContainer, SandboxHosting
 from agentruns.app.kinds import RunKind, RunKinds
-from agentruns.app.settings import AgentRunsSettings
 from agentruns.domain.errors import AgentRunsError
+from agentruns.entrypoints import container as composition
+from agentruns.entrypoints.container import AgentRunsContainer, SandboxHosting
+from agentruns.entrypoints.settings import AgentRunsSettings
 
 T = TypeVar("T")
 

@@ -10,9 +10,9 @@ import random
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from agentruns.app.demo.kinds import CHAT, DIGEST, REVIEW
 from agentruns.domain.bands import Band
 from agentruns.domain.payload import JsonObject
+from agentruns.entrypoints.demo.kinds import CHAT, DIGEST, REVIEW
 
 # Active workspaces by their number of subjects at scale 1.0: one big tenant, a few smaller.
 WORKSPACES: tuple[tuple[str, int], ...] = (

@@ -13,7 +13,8 @@ A payload says how many steps a run takes and how long each lasts, and which fau
     the first attempt stalls mid-run for longer than the lease: the reaper takes the run back
     while its holder still runs, and the holder's next renewal is refused (a lost lease).
 
-Worker processes load these with ``agentruns worker --kinds agentruns.app.demo.kinds:KINDS``.
+Worker processes load these with
+``agentruns worker --kinds agentruns.entrypoints.demo.kinds:KINDS``.
 """
 
 from __future__ import annotations

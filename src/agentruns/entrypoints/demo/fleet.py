@@ -24,7 +24,7 @@ from typing import Protocol
 from agentruns.app.reaper import AgentRunReaper
 from agentruns.app.worker import Worker
 
-KINDS_REF = "agentruns.app.demo.kinds:KINDS"
+KINDS_REF = "agentruns.entrypoints.demo.kinds:KINDS"
 # What the reaper logs when it takes a lease back or ends an overdue queued run.
 LEASE_TAKEN_BACK = "lease taken back"
 OVERDUE_ENDED = "queued run past its deadline ended"
@@ -98,7 +98,7 @@ class ProcessFleet(Fleet):
             self._processes[name] = await asyncio.create_subprocess_exec(
                 sys.executable,
                 "-m",
-                "agentruns.app.cli",
+                "agentruns.entrypoints.cli",
                 "--log-format",
                 "json",
                 command,

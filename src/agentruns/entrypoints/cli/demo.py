@@ -9,20 +9,20 @@ from typing import Annotated
 import typer
 from rich.live import Live
 
-from agentruns.app.cli.root import DataDir, app, out
-from agentruns.app.cli.support import (
+from agentruns.app.stats import RunStatus
+from agentruns.entrypoints.cli.root import DataDir, app, out
+from agentruns.entrypoints.cli.support import (
     CliError,
     database,
     err,
     guarded,
     settings,
 )
-from agentruns.app.demo.report import DemoReport
-from agentruns.app.demo.runner import DemoConfig
-from agentruns.app.demo.session import demo_in_memory, demo_on_postgres
-from agentruns.app.demo.view import progress_view, summary_view
-from agentruns.app.logs import configure_logging
-from agentruns.app.stats import RunStatus
+from agentruns.entrypoints.demo.report import DemoReport
+from agentruns.entrypoints.demo.runner import DemoConfig
+from agentruns.entrypoints.demo.session import demo_in_memory, demo_on_postgres
+from agentruns.entrypoints.demo.view import progress_view, summary_view
+from agentruns.entrypoints.logs import configure_logging
 
 # -- demo -----------------------------------------------------------------------------------
 

@@ -5,6 +5,6 @@ Every command builds its settings from the environment, opens the database (the 
 operator can fix into one line on stderr and a non-zero exit.
 """
 
-from agentruns.app.cli.main import app, main
+from agentruns.entrypoints.cli.main import app, main
 
 __all__ = ["app", "main"]

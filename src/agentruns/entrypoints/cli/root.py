@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 from rich.console import Console
 
-from agentruns.app.logs import LogFormat, configure_logging
+from agentruns.entrypoints.logs import LogFormat, configure_logging
 
 app = typer.Typer(
     name="agentruns",

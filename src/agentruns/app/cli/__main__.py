@@ -1,3 +1,0 @@
-from agentruns.app.cli.main import main
-
-main()

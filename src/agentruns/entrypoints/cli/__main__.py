@@ -1,0 +1,3 @@
+from agentruns.entrypoints.cli.main import main
+
+main()
