@@ -83,9 +83,9 @@ def translate(exc: BaseException) -> AgentRunsError:
             return IllegalTransition(
                 "the database", "refused", f"{why}: {orig.diag.message_primary}"
             )
-    if isinstance(orig, psycopg.DataError):
-        # PostgreSQL (or the driver, before sending) cannot take a value: the request's fault,
-        # not an outage, so callers must not retry it.
+    if isinstance(orig, (psycopg.DataError, ValueError)):
+        # PostgreSQL, or the driver before it sends (text it cannot encode, a number it cannot
+        # write), cannot take a value: the request's fault, not an outage, so not retried.
         return InvalidRequest(f"PostgreSQL cannot store a value of this request: {orig}")
     if isinstance(orig, (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)):
         return TransactionConflict(f"PostgreSQL aborted a conflicting transaction: {orig}")
@@ -112,7 +112,7 @@ async def fetch(
     try:
         result = await connection_of(tx).execute(statement, dict(params))
         return result.mappings().all()
-    except (SQLAlchemyError, psycopg.Error, OSError) as exc:
+    except (SQLAlchemyError, psycopg.Error, OSError, ValueError) as exc:
         raise translate(exc) from exc
 
 
@@ -121,7 +121,7 @@ async def execute(tx: Transaction, statement: TextClause, params: Mapping[str, A
     try:
         result = await connection_of(tx).execute(statement, dict(params))
         return result.rowcount
-    except (SQLAlchemyError, psycopg.Error, OSError) as exc:
+    except (SQLAlchemyError, psycopg.Error, OSError, ValueError) as exc:
         raise translate(exc) from exc
 
 
