@@ -161,4 +161,3 @@ async def test_a_value_postgres_cannot_take_is_an_invalid_request(
             assert await stores.runs.get(tx, new.id) is None
     finally:
         await close_postgres_stores(stores)
-

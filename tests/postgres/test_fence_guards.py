@@ -16,6 +16,8 @@ import psycopg
 import pytest
 from psycopg import errors
 
+from tests.postgres_server import cloned_database
+
 pytestmark = pytest.mark.postgres
 
 Db = psycopg.Connection[tuple[object, ...]]
@@ -296,9 +298,14 @@ ILLEGAL = {
 }
 
 
-@pytest.fixture
-def db(postgres_url: str) -> Iterator[Db]:
-    with psycopg.connect(postgres_url, autocommit=True) as connection:
+@pytest.fixture(scope="module")
+def db(postgres_server: str) -> Iterator[Db]:
+    """One database for the module: each case writes a run of its own, and a refused write
+    leaves it as it was."""
+    with (
+        cloned_database(postgres_server) as url,
+        psycopg.connect(url, autocommit=True) as connection,
+    ):
         yield connection
 
 
@@ -320,6 +327,7 @@ def _snapshot(db: Db, run: UUID) -> tuple[object, ...]:
         ).fetchall(),
         db.execute("SELECT * FROM review_job WHERE run_id = %(run)s", params).fetchall(),
         db.execute("SELECT count(*) FROM agent_run").fetchall(),
+        db.execute("SELECT count(*) FROM agent_run_event").fetchall(),
     )
 
 
@@ -348,7 +356,9 @@ def test_the_legal_raw_writes_are_accepted(db: Db) -> None:
     events = db.execute("SELECT seq, epoch FROM agent_run_event WHERE run_id = %(run)s", params)
     assert events.fetchall() == [(1, 1), (2, 3)]
     db.execute("DELETE FROM agent_run WHERE id = %(run)s", params)
-    assert db.execute("SELECT count(*) FROM agent_run_event").fetchone() == (0,)
+    assert db.execute(
+        "SELECT count(*) FROM agent_run_event WHERE run_id = %(run)s", params
+    ).fetchone() == (0,)
 
 
 def test_a_queued_run_may_be_cancelled_and_an_ended_runs_events_trimmed(db: Db) -> None:
@@ -357,7 +367,10 @@ def test_a_queued_run_may_be_cancelled_and_an_ended_runs_events_trimmed(db: Db) 
     db.execute(END, {"run": queued})
     ended = _start(db, "ended")
     db.execute("DELETE FROM agent_run_event WHERE run_id = %(run)s", {"run": ended})
-    assert db.execute("SELECT count(*) FROM agent_run_event").fetchone() == (0,)
+    events = db.execute(
+        "SELECT count(*) FROM agent_run_event WHERE run_id = %(run)s", {"run": ended}
+    )
+    assert events.fetchone() == (0,)
 
 
 def test_a_review_job_that_follows_its_run_commits(db: Db) -> None:
