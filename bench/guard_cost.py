@@ -1,11 +1,14 @@
 """``python -m bench.guard_cost``: what the schema's fence guards cost each hot statement.
 
-Two small databases on one server, the same few hundred runs in each: one migrated to
-``0003_workspace_subjects`` (no fence guards) and one to the head (``0004_fence_guards``). Each
+Small databases on one server, the same few hundred runs in each: ``0003`` (migrated to
+``0003_workspace_subjects``: no fence guards), ``0004`` (the head: ``0004_fence_guards``), and two
+designs ADRs/0016 rejected: ``0003+checks`` (the one-row rules as CHECK constraints) and
+``0004-row-events`` (the event guard as a row trigger reading each event's run FOR SHARE). Each
 hot statement of the adapter runs under EXPLAIN (ANALYZE, BUFFERS, WAL) ``--repeat`` times in a
-transaction that is rolled back, so every repetition meets the same rows; the medians of the
-execution time, of each trigger's time, and of buffers and WAL records are printed side by side.
-This is a cost probe of single statements on an idle small database, not a throughput bench.
+transaction that is rolled back, so every repetition meets the same rows, the databases taking
+turns; the medians of the execution time, of each trigger's time, and of buffers and WAL records
+are printed side by side. A cost probe of single statements on a small database, not a
+throughput bench.
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ import random
 import re
 import statistics
 from collections.abc import Callable
+from datetime import timedelta
 from typing import Any
 from uuid import UUID
 
@@ -31,6 +35,7 @@ from agentruns.domain.kinds import RunKindPolicy
 from agentruns.domain.termination import TerminationReason
 from bench.server import bench_server
 
+GROUP = 20
 _TRIGGER = re.compile(r"Trigger (\w+)(?: on \w+)?: time=([\d.]+) calls=(\d+)")
 _EXECUTION = re.compile(r"Execution Time: ([\d.]+) ms")
 _BUFFERS = re.compile(r"Buffers: shared hit=(\d+)(?: read=(\d+))?")
@@ -50,7 +55,7 @@ async def _populate(url: str, runs: int) -> list[tuple[UUID, str, int]]:
     """``runs`` queued runs over 10 workspaces, half of them leased, a quarter of those ended
     after one step event; returns the fences of the leased ones still leased."""
     stores = make_postgres_stores(url)
-    kinds = RunKinds([RunKind(RunKindPolicy(name="chat"), _nothing)])
+    kinds = RunKinds([RunKind(RunKindPolicy(name="chat", lease=timedelta(hours=1)), _nothing)])
     agent = AgentRuns(stores, kinds, random.Random(0))
     try:
         for number in range(runs):
@@ -84,6 +89,8 @@ class Side:
     def __init__(self, url: str, runs: int) -> None:
         self.fences = asyncio.run(_populate(url, runs))
         self.conn = psycopg.connect(url)
+        # Statistics now, so that autovacuum does not change a side's plans halfway.
+        self.conn.execute("ANALYZE")
         self.conn.execute("SET plan_cache_mode = force_generic_plan")
         self.conn.commit()
         self.found: dict[str, dict[str, list[float]]] = {}
@@ -91,6 +98,19 @@ class Side:
     def fence(self, index: int) -> dict[str, Any]:
         run_id, workspace, epoch = self.fences[index % len(self.fences)]
         return {"now": None, "run_id": run_id, "workspace": workspace, "epoch": epoch}
+
+    def group(self, index: int) -> dict[str, Any]:
+        """The step boundaries of :data:`GROUP` distinct leased runs, as the worker's group
+        commit writes them (ADRs/0011)."""
+        fences = [self.fences[(index * GROUP + n) % len(self.fences)] for n in range(GROUP)]
+        return {
+            "now": None,
+            "ids": [run_id for run_id, _, _ in fences],
+            "workspaces": [workspace for _, workspace, _ in fences],
+            "epochs": [epoch for _, _, epoch in fences],
+            "types": ["step"] * GROUP,
+            "datas": ['{"i": 1}'] * GROUP,
+        }
 
     def explain(self, case: str, statement: str, params: dict[str, Any]) -> None:
         with self.conn.transaction(force_rollback=True):
@@ -122,6 +142,7 @@ def _cases(side: Side) -> dict[str, tuple[str, Callable[[int], dict[str, Any]]]]
         "renew": (statements.RENEW.text, side.fence),
         "step boundary (renew + event)": (statements.RENEW_AND_APPEND.text, step),
         "append under a held fence": (statements.APPEND_EVENT.text, step),
+        f"group of {GROUP} step boundaries": (statements.RENEW_AND_APPEND_MANY.text, side.group),
         "fenced end": (
             statements.END_FENCED.text,
             lambda i: {**side.fence(i), "reason": "completed"},
@@ -153,25 +174,74 @@ def measure(urls: list[str], runs: int, repeat: int) -> list[dict[str, dict[str,
             side.conn.close()
 
 
+# The rejected designs, applied over a migrated database.
+_CHECKS = """
+ALTER TABLE agent_run
+    ADD CONSTRAINT ck_probe_reason CHECK (end_reason IS NULL OR end_reason IN ('completed',
+        'cancelled', 'failed', 'retries_exhausted', 'not_retryable', 'deadline_exceeded',
+        'continued')),
+    ADD CONSTRAINT ck_probe_lease CHECK (lease > interval '0'),
+    ADD CONSTRAINT ck_probe_queued CHECK (state <> 'queued' OR (leased_until IS NULL
+        AND holder IS NULL AND end_reason IS NULL AND ended_at IS NULL)),
+    ADD CONSTRAINT ck_probe_leased CHECK (state <> 'leased' OR (leased_until IS NOT NULL
+        AND holder IS NOT NULL AND end_reason IS NULL AND ended_at IS NULL)),
+    ADD CONSTRAINT ck_probe_ended CHECK (state <> 'ended' OR (end_reason IS NOT NULL
+        AND ended_at IS NOT NULL AND leased_until IS NULL))
+"""
+
+
+# The event guard first written: a row trigger that reads each event's run FOR SHARE.
+_ROW_EVENTS = """
+DROP TRIGGER guard_agent_run_event_insert ON agent_run_event;
+CREATE FUNCTION probe_event_row() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    run_state text;
+    run_epoch integer;
+BEGIN
+    SELECT r.state, r.epoch INTO run_state, run_epoch
+        FROM agent_run r WHERE r.id = NEW.run_id FOR SHARE;
+    IF FOUND AND (run_state <> 'leased' OR run_epoch <> NEW.epoch) THEN
+        RAISE EXCEPTION 'stale event' USING ERRCODE = 'check_violation';
+    END IF;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER guard_agent_run_event BEFORE INSERT ON agent_run_event
+    FOR EACH ROW EXECUTE FUNCTION probe_event_row();
+"""
+
+
+VARIANTS: dict[str, tuple[str, Callable[[], str] | None]] = {
+    "0003": ("0003_workspace_subjects", None),
+    "0004": ("head", None),
+    "0003+checks": ("0003_workspace_subjects", lambda: _CHECKS),
+    "0004-row-events": ("head", lambda: _ROW_EVENTS),
+}
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--runs", type=int, default=400)
     parser.add_argument("--repeat", type=int, default=51)
     args = parser.parse_args()
     with bench_server() as server:
-        before_url = server.create_database("guards_before")
-        migrate(before_url, "0003_workspace_subjects")
-        after_url = server.create_database("guards_after")
-        migrate(after_url)
-        before, after = measure([before_url, after_url], args.runs, args.repeat)
-    print(f"median of {args.repeat} EXPLAIN (ANALYZE, BUFFERS, WAL), {args.runs} runs")
-    print(f"  {'':40} {'0003':>9} {'0004':>9}")
-    for name in before:
-        print(f"\n{name}")
-        for figure in sorted(set(before[name]) | set(after[name])):
-            old, new = before[name].get(figure), after[name].get(figure)
-            shown = [f"{value:9.3f}" if value is not None else f"{'-':>9}" for value in (old, new)]
-            print(f"  {figure:40} {shown[0]} {shown[1]}")
+        urls = []
+        for name, (revision, patch) in VARIANTS.items():
+            url = server.create_database("guards_" + name.replace("+", "_").replace("-", "_"))
+            migrate(url, revision)
+            if patch is not None:
+                with psycopg.connect(url, autocommit=True) as conn:
+                    conn.execute(patch())
+            urls.append(url)
+        results = measure(urls, args.runs, args.repeat)
+    print(f"median of {args.repeat} EXPLAIN (ANALYZE, BUFFERS, WAL), {args.runs} runs, ms")
+    print(f"  {'':36}" + "".join(f"{name:>16}" for name in VARIANTS))
+    for case in results[0]:
+        print(f"\n{case}")
+        for figure in sorted(set().union(*(result[case] for result in results))):
+            values = [result[case].get(figure) for result in results]
+            shown = "".join(f"{v:16.3f}" if v is not None else f"{'-':>16}" for v in values)
+            print(f"  {figure:36}{shown}")
     return 0
 
 

@@ -3,9 +3,9 @@
 Revision ID: 0004_fence_guards
 Revises: 0003_workspace_subjects
 
-Every rule is a comparison in a BEFORE trigger, of NEW with OLD or of NEW alone, with no table
-read; only an event insert reads its run (one primary-key probe), since an event is fenced to its
-run's current epoch. Every refusal is a check violation that names its rule:
+Every rule about a run is a comparison in a BEFORE trigger, of NEW with OLD or of NEW alone, with
+no table read; only event inserts read their runs (one joined read per statement), since an event
+is fenced to its run's current epoch. Every refusal is a check violation that names its rule:
 
 - ``guard_agent_run_epoch``: a claim (QUEUED -> LEASED) takes exactly the next epoch, and no other
   write changes the epoch.
@@ -169,40 +169,57 @@ CREATE TRIGGER guard_agent_run_delete BEFORE DELETE ON agent_run
     FOR EACH ROW WHEN (OLD.state <> 'ended') EXECUTE FUNCTION refuse_agent_run_delete();
 """
 
-# The one rule that reads another row: an event is fenced to its run's current epoch. The run is
-# read FOR SHARE, so a claim or end of the run waits for the appender's commit instead of slipping
-# in between the check and the commit. The fenced writers already hold the run's row lock (the
-# renewal in the same statement, or require_current), so on their path the share lock is theirs
-# already.
+# The one rule that reads other rows: an event is fenced to its run's current epoch. It is checked
+# once per statement over the rows it inserted (a group commit of many step boundaries pays one
+# joined read, not one per event). A run this transaction has written already (the renewal in the
+# same statement) is held by it until commit; any other run is first locked FOR SHARE, so its
+# claim, requeue or end waits for the appender's commit instead of slipping between the check and
+# the commit, and read again.
 EVENTS = """
-CREATE FUNCTION guard_agent_run_event() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-    run_state text;
-    run_epoch integer;
+CREATE FUNCTION refuse_agent_run_event_rewrite() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    IF TG_OP = 'UPDATE' THEN
-        RAISE EXCEPTION 'agent_run_event %/%: events are append-only', OLD.run_id, OLD.seq
-            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_event';
-    END IF;
-    SELECT r.state, r.epoch INTO run_state, run_epoch
-        FROM agent_run r WHERE r.id = NEW.run_id FOR SHARE;
-    IF NOT FOUND THEN
-        RETURN NEW;  -- the foreign key refuses it
-    END IF;
-    IF run_state <> 'leased' OR run_epoch <> NEW.epoch THEN
-        RAISE EXCEPTION 'agent_run_event: run % is % at epoch %, so no event of epoch % is '
-            'appended', NEW.run_id, run_state, run_epoch, NEW.epoch
-            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_event';
-    END IF;
-    RETURN NEW;
+    RAISE EXCEPTION 'agent_run_event %/%: events are append-only', OLD.run_id, OLD.seq
+        USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_event';
 END
 $$;
 
-CREATE TRIGGER guard_agent_run_event BEFORE INSERT OR UPDATE ON agent_run_event
-    FOR EACH ROW EXECUTE FUNCTION guard_agent_run_event();
+CREATE TRIGGER guard_agent_run_event_rewrite BEFORE UPDATE ON agent_run_event
+    FOR EACH ROW EXECUTE FUNCTION refuse_agent_run_event_rewrite();
+
+CREATE FUNCTION guard_agent_run_event_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    mine xid := pg_current_xact_id()::xid;
+    stale boolean;
+    unheld boolean;
+    wrong record;
+BEGIN
+    SELECT bool_or(r.state <> 'leased' OR r.epoch <> a.epoch), bool_or(r.xmin <> mine)
+        INTO stale, unheld
+        FROM added a JOIN agent_run r ON r.id = a.run_id;
+    IF unheld THEN
+        PERFORM 1 FROM agent_run r WHERE r.id IN (SELECT a.run_id FROM added a)
+            AND r.xmin <> mine FOR SHARE OF r;
+        SELECT bool_or(r.state <> 'leased' OR r.epoch <> a.epoch) INTO stale
+            FROM added a JOIN agent_run r ON r.id = a.run_id;
+    END IF;
+    IF stale THEN
+        SELECT a.run_id, a.epoch, r.state, r.epoch AS run_epoch INTO wrong
+            FROM added a JOIN agent_run r ON r.id = a.run_id
+            WHERE r.state <> 'leased' OR r.epoch <> a.epoch LIMIT 1;
+        RAISE EXCEPTION 'agent_run_event: run % is % at epoch %, so no event of epoch % is '
+            'appended', wrong.run_id, wrong.state, wrong.run_epoch, wrong.epoch
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_event';
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER guard_agent_run_event_insert AFTER INSERT ON agent_run_event
+    REFERENCING NEW TABLE AS added
+    FOR EACH STATEMENT EXECUTE FUNCTION guard_agent_run_event_insert();
 
 -- Events go with their run (the purge's cascade: the run is gone by then) or after it ended.
--- One statement-level check per deleting statement, so a purge pays one probe per run.
+-- One check per deleting statement, so a purge pays one probe per run.
 CREATE FUNCTION guard_agent_run_event_delete() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM gone g JOIN agent_run r ON r.id = g.run_id
@@ -310,8 +327,10 @@ $$;
 DOWN = """
 DROP TRIGGER guard_agent_run_event_delete ON agent_run_event;
 DROP FUNCTION guard_agent_run_event_delete();
-DROP TRIGGER guard_agent_run_event ON agent_run_event;
-DROP FUNCTION guard_agent_run_event();
+DROP TRIGGER guard_agent_run_event_insert ON agent_run_event;
+DROP FUNCTION guard_agent_run_event_insert();
+DROP TRIGGER guard_agent_run_event_rewrite ON agent_run_event;
+DROP FUNCTION refuse_agent_run_event_rewrite();
 DROP TRIGGER guard_agent_run_delete ON agent_run;
 DROP FUNCTION refuse_agent_run_delete();
 DROP TRIGGER guard_agent_run_frozen ON agent_run;

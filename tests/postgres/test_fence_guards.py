@@ -263,6 +263,20 @@ ILLEGAL = {
     "event appended to a queued run": Illegal(
         "requeued", EVENT.format(epoch=CURRENT), "guard_agent_run_event"
     ),
+    "stale event appended by a statement with a CTE": Illegal(
+        "leased",
+        "WITH added AS ("
+        + EVENT.format(epoch=f"{CURRENT} - 1")
+        + " RETURNING seq) SELECT * FROM added",
+        "guard_agent_run_event",
+    ),
+    "stale event among good ones": Illegal(
+        "leased",
+        "INSERT INTO agent_run_event (run_id, seq, epoch, type, data, created_at) "
+        f"SELECT %(run)s, 100 + n, {CURRENT} - (n = 3)::integer, 'step', '{{}}', now() "
+        "FROM generate_series(1, 5) AS n",
+        "guard_agent_run_event",
+    ),
     "event rewritten": Illegal(
         "leased",
         """UPDATE agent_run_event SET data = '{"forged": true}' WHERE run_id = %(run)s""",
