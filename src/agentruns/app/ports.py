@@ -23,6 +23,7 @@ from agentruns.domain.bands import Band
 from agentruns.domain.errors import AgentRunsError
 from agentruns.domain.payload import JsonObject
 from agentruns.domain.run import AgentRun, AgentRunFence
+from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
 
 
@@ -82,6 +83,21 @@ class ClaimRequest:
     kinds: Sequence[str] | None = None
     subject: str | None = None
     band_aging: timedelta = timedelta(minutes=10)
+
+
+@dataclass(frozen=True, slots=True)
+class RunQuery:
+    """Which runs to list, newest first (by queue order, descending): every filter given must
+    match. ``before_seq`` is the keyset: only runs queued before the run with that queue order
+    (the last one of the previous page). Validated by :meth:`AgentRuns.list_runs`."""
+
+    workspace: str | None = None
+    subject: str | None = None
+    kind: str | None = None
+    state: AgentRunState | None = None
+    reason: TerminationReason | None = None
+    before_seq: int | None = None
+    limit: int = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -145,6 +161,11 @@ class RunStore(Protocol):
 
     async def lock(self, tx: Transaction, run_id: UUID) -> AgentRun | None:
         """Read and lock the run until the transaction ends (``FOR UPDATE``)."""
+        ...
+
+    async def list_runs(self, tx: Transaction, query: RunQuery) -> list[AgentRun]:
+        """Up to ``query.limit`` runs matching its filters, newest first (highest queue order
+        first), queued before ``query.before_seq`` if given. Locks nothing."""
         ...
 
     async def claim(self, tx: Transaction, request: ClaimRequest) -> list[AgentRun]:

@@ -18,6 +18,7 @@ from agentruns.app.ports import (
     EventLog,
     NewRun,
     RunEvent,
+    RunQuery,
     RunStore,
     StepWrite,
     TakeBack,
@@ -103,6 +104,12 @@ class MemoryRunStore(RunStore):
 
     async def lock(self, tx: Transaction, run_id: UUID) -> AgentRun | None:
         return await self.get(tx, run_id)
+
+    async def list_runs(self, tx: Transaction, query: RunQuery) -> list[AgentRun]:
+        self._database.check(tx)
+        found = [run for run in self.rows.values() if _matches(run, query)]
+        found.sort(key=lambda run: run.seq, reverse=True)
+        return found[: query.limit]
 
     async def claim(self, tx: Transaction, request: ClaimRequest) -> list[AgentRun]:
         self._database.check(tx)
@@ -277,6 +284,17 @@ class MemoryEventLog(EventLog):
         if self._runs.rows.get(run_id) is None:
             return ()
         return self._events.get(run_id) or ()
+
+
+def _matches(run: AgentRun, query: RunQuery) -> bool:
+    return (
+        (query.workspace is None or run.workspace == query.workspace)
+        and (query.subject is None or run.subject == query.subject)
+        and (query.kind is None or run.kind == query.kind)
+        and (query.state is None or run.state is query.state)
+        and (query.reason is None or run.end_reason is query.reason)
+        and (query.before_seq is None or run.seq < query.before_seq)
+    )
 
 
 def _distinct(fences: Iterable[AgentRunFence]) -> None:

@@ -24,6 +24,7 @@ from agentruns.app.ports import (
     EventLog,
     NewRun,
     RunEvent,
+    RunQuery,
     RunStore,
     StepWrite,
     TakeBack,
@@ -155,6 +156,19 @@ class PostgresRunStore(RunStore):
 
     async def lock(self, tx: Tx, run_id: UUID) -> AgentRun | None:
         return await self._one(tx, sql.LOCK_RUN, run_id=run_id)
+
+    async def list_runs(self, tx: Tx, query: RunQuery) -> list[AgentRun]:
+        filters = {
+            "workspace": query.workspace,
+            "subject": query.subject,
+            "kind": query.kind,
+            "state": None if query.state is None else query.state.value,
+            "reason": None if query.reason is None else query.reason.value,
+            "before_seq": query.before_seq,
+        }
+        given = {name: value for name, value in filters.items() if value is not None}
+        rows = await fetch(tx, sql.list_runs(given), {**given, "limit": query.limit})
+        return [run_from_row(row) for row in rows]
 
     async def claim(self, tx: Tx, request: ClaimRequest) -> list[AgentRun]:
         if request.limit <= 0:

@@ -10,6 +10,8 @@ leased_until > now``); when one touches no row, the store reads the run once to 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from functools import cache
 
 from sqlalchemy import TextClause, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
@@ -147,6 +149,38 @@ WITH doomed AS (
 )
 DELETE FROM agent_run WHERE id IN (SELECT id FROM doomed) RETURNING id
 """)
+
+# The read API (AgentRuns.list_runs): newest first, keyset-paged on the queue order. One text per
+# set of filters given, so each runs on a generic plan of its own that never tests a parameter
+# for NULL (ADRs/0011: every statement runs on its generic plan).
+_LIST_FILTERS = {
+    "workspace": "workspace = :workspace",
+    "subject": "subject = :subject",
+    "kind": "kind = :kind",
+    "state": "state = :state",
+    "reason": "end_reason = :reason",
+    "before_seq": "seq < :before_seq",
+}
+
+
+def list_runs(filters: Iterable[str]) -> TextClause:
+    """The listing statement for these filters (names of :class:`~agentruns.app.ports.RunQuery`
+    fields that are set); the same set gives the same statement."""
+    return _list_runs(frozenset(filters))
+
+
+@cache
+def _list_runs(filters: frozenset[str]) -> TextClause:
+    unknown = filters - _LIST_FILTERS.keys()
+    if unknown:
+        raise ValueError(f"no run filter named {sorted(unknown)}")
+    where = " AND ".join(_LIST_FILTERS[name] for name in _LIST_FILTERS if name in filters)
+    return _stmt(f"""
+SELECT {RUN_COLUMNS} FROM agent_run
+{f"WHERE {where}" if where else ""}
+ORDER BY seq DESC LIMIT :limit
+""")
+
 
 LEASED_COUNT = _stmt(
     "SELECT count(*) AS leased FROM agent_run WHERE workspace = :workspace AND state = 'leased'"
