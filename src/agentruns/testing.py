@@ -19,19 +19,26 @@ from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from dependency_injector import providers
-
 from agentruns.adapters.clock import ManualClock
 from agentruns.adapters.memory import MemoryFamily
 from agentruns.app.kinds import RunKind, RunKinds
-from agentruns.app.ports import Stores
+from agentruns.app.ports import BudgetHold, Stores
 from agentruns.app.reaper import AgentRunReaper
 from agentruns.app.runs import AgentRuns
 from agentruns.app.worker import Worker
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import RunOutcome
-from agentruns.entrypoints.container import AgentRunsContainer
+from agentruns.entrypoints.container import AgentRunsContainer, compose
+
+__all__ = [
+    "AgentRunsHarness",
+    "BudgetHold",
+    "DrainReport",
+    "ManualClock",
+    "MemoryFamily",
+    "harness",
+]
 
 
 @dataclass
@@ -45,12 +52,13 @@ class DrainReport:
 
 
 class AgentRunsHarness:
-    def __init__(self, container: AgentRunsContainer, clock: ManualClock) -> None:
+    def __init__(
+        self, container: AgentRunsContainer, clock: ManualClock, memory: MemoryFamily
+    ) -> None:
         self.container = container
         self.clock = clock
-        self.memory = MemoryFamily(clock)
+        self.memory = memory
         self.stores: Stores = self.memory.stores
-        container.family.override(providers.Object(self.memory))
         self.kinds: RunKinds = container.kinds()
         self.runs: AgentRuns = container.runs()
         self.worker: Worker = container.worker(holder="test-worker")
@@ -97,8 +105,6 @@ class AgentRunsHarness:
 def harness(*kinds: RunKind, seed: int = 0, start: datetime | None = None) -> AgentRunsHarness:
     """A ready in-memory agentruns with a manual clock, seeded randomness and these kinds."""
     clock = ManualClock(start)
-    container = AgentRunsContainer()
-    container.clock.override(providers.Object(clock))
-    container.rng.override(providers.Object(random.Random(seed)))
-    container.kinds.override(providers.Object(RunKinds(kinds)))
-    return AgentRunsHarness(container, clock)
+    memory = MemoryFamily(clock)
+    container = compose(memory, kinds=RunKinds(kinds), clock=clock, rng=random.Random(seed))
+    return AgentRunsHarness(container, clock, memory)
