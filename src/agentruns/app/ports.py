@@ -192,7 +192,7 @@ class RunStore(Protocol):
         """End each run under its own fence, set-based; one result per write, in order: the
         ended run, or what :meth:`end` would have raised for it (its fence failed, nothing
         written for it). A failed fence neither blocks nor rolls back the others. The writes
-        name distinct runs."""
+        name distinct runs: :meth:`AgentRuns.settle_group` checks that, once, for both."""
         ...
 
     async def requeue(
@@ -249,7 +249,8 @@ class EventLog(Protocol):
     ) -> list[RunEvent | AgentRunsError]:
         """:meth:`renew_and_append` for each write, set-based; one result per write, in order:
         the appended event, or what ``renew_and_append`` would have raised for it (its fence
-        failed: not renewed, nothing appended). The writes name distinct runs."""
+        failed: not renewed, nothing appended). The writes name distinct runs (checked once, by
+        :meth:`AgentRuns.settle_group`)."""
         ...
 
     async def list(self, tx: Transaction, run_id: UUID) -> list[RunEvent]: ...

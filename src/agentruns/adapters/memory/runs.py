@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from uuid import UUID
 
@@ -29,7 +29,6 @@ from agentruns.domain.claim_order import ClaimContext, next_claims
 from agentruns.domain.errors import (
     AgentRunsError,
     IllegalTransition,
-    InvalidRequest,
     LeaseLost,
     RunNotFound,
 )
@@ -151,7 +150,6 @@ class MemoryRunStore(RunStore):
     async def end_many(
         self, tx: Transaction, ends: Sequence[EndWrite]
     ) -> list[AgentRun | AgentRunsError]:
-        _distinct(write.fence for write in ends)
         results: list[AgentRun | AgentRunsError] = []
         for write in ends:
             try:
@@ -245,7 +243,6 @@ class MemoryEventLog(EventLog):
     async def renew_and_append_many(
         self, tx: Transaction, steps: Sequence[StepWrite]
     ) -> list[RunEvent | AgentRunsError]:
-        _distinct(write.fence for write in steps)
         results: list[RunEvent | AgentRunsError] = []
         for write in steps:
             try:
@@ -295,10 +292,3 @@ def _matches(run: AgentRun, query: RunQuery) -> bool:
         and (query.reason is None or run.end_reason is query.reason)
         and (query.before_seq is None or run.seq < query.before_seq)
     )
-
-
-def _distinct(fences: Iterable[AgentRunFence]) -> None:
-    """A group writes each run once (PostgreSQL's set-based update could not order two)."""
-    ids = [fence.run_id for fence in fences]
-    if len(set(ids)) != len(ids):
-        raise InvalidRequest("a group of writes names one run twice")

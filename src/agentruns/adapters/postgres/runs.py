@@ -35,7 +35,6 @@ from agentruns.domain.bands import Band
 from agentruns.domain.errors import (
     AgentRunsError,
     IllegalTransition,
-    InvalidRequest,
     LeaseLost,
     RunNotFound,
     StaleEpoch,
@@ -87,11 +86,8 @@ def _fence_params(fence: AgentRunFence) -> dict[str, Any]:
 
 
 def _group_params(fences: Sequence[AgentRunFence]) -> dict[str, Any]:
-    ids = [fence.run_id for fence in fences]
-    if len(set(ids)) != len(ids):
-        raise InvalidRequest("a group of writes names one run twice")
     return {
-        "ids": ids,
+        "ids": [fence.run_id for fence in fences],
         "workspaces": [fence.workspace for fence in fences],
         "epochs": [fence.epoch for fence in fences],
     }
