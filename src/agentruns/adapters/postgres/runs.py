@@ -28,8 +28,8 @@ from agentruns.app.ports import (
     RunStore,
     StepWrite,
     TakeBack,
+    Transaction as Tx,
 )
-from agentruns.app.ports import Transaction as Tx
 from agentruns.domain import run as transitions
 from agentruns.domain.bands import Band
 from agentruns.domain.errors import (

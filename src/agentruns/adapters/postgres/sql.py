@@ -420,21 +420,3 @@ RELEASE_BUDGET = statement("DELETE FROM agent_budget_hold WHERE workspace = :wor
 HOLDS = statement(f"""
 SELECT workspace, until, reason FROM agent_budget_hold WHERE until > {NOW} ORDER BY workspace
 """)
-
-INSERT_REVIEW_JOB = statement("""
-INSERT INTO review_job (run_id, workspace, subject, status, attempt)
-VALUES (:run_id, :workspace, :subject, :status, :attempt)
-""")
-
-GET_REVIEW_JOB = statement(
-    "SELECT run_id, workspace, subject, status, attempt FROM review_job WHERE run_id = :run_id"
-)
-
-LOCK_REVIEW_JOB = statement(
-    "SELECT run_id, workspace, subject, status, attempt FROM review_job "
-    "WHERE run_id = :run_id FOR UPDATE"
-)
-
-MOVE_REVIEW_JOB = statement(
-    "UPDATE review_job SET status = :status, attempt = :attempt WHERE run_id = :run_id"
-)
