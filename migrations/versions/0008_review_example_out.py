@@ -1,7 +1,7 @@
 """The review example leaves the core schema: ``review_job`` and its trigger are an opt-in chain.
 
 Revision ID: 0008_review_example_out
-Revises: 0002_sandboxes
+Revises: 0003_workspace_subjects
 
 Revision 0001 gave every database the worked example's ``review_job`` table and its deferred
 check ``review_job_run_agrees``. They now belong to the review example
@@ -16,7 +16,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0008_review_example_out"
-down_revision = "0002_sandboxes"
+down_revision = "0003_workspace_subjects"
 branch_labels = None
 depends_on = None
 

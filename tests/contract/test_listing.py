@@ -23,10 +23,10 @@ async def _population(runs: AgentRuns) -> dict[str, AgentRun]:
         "a4": await runs.enqueue("chat", workspace="acme", subject="doc:4"),
     }
     await runs.cancel(made["g2"].id)
-    leased = await runs.claim_subject("w", "doc:2", kinds=["sweep"])
+    leased = await runs.claim_subject("w", "acme", "doc:2", kinds=["sweep"])
     assert leased is not None
     assert leased.id == made["a2"].id
-    failed = await runs.claim_subject("w", "doc:4", kinds=["chat"])
+    failed = await runs.claim_subject("w", "acme", "doc:4", kinds=["chat"])
     assert failed is not None
     assert failed.id == made["a4"].id
     await runs.end(failed.fence, TerminationReason.NOT_RETRYABLE)

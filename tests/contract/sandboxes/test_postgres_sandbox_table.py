@@ -9,7 +9,6 @@ from uuid import UUID, uuid4
 import psycopg
 import pytest
 
-from agentruns.adapters.postgres.admin import head_revision
 from agentruns.adapters.postgres.migrate import downgrade, migrate
 from tests.contract.sandboxes.world import START
 from tests.postgres_server import empty_database
@@ -114,8 +113,8 @@ async def test_the_sandbox_revision_downgrades_and_upgrades(postgres_server: str
             }
             assert "agent_sandbox" not in tables
             assert "agent_run" in tables
-        migrate(url)
+        migrate(url, "0002_sandboxes")
         with psycopg.connect(url) as connection:
             row = connection.execute("SELECT version_num FROM alembic_version").fetchone()
-            assert row == (head_revision(),)
+            assert row == ("0002_sandboxes",)
             assert connection.execute("SELECT count(*) FROM agent_sandbox").fetchone() == (0,)
