@@ -26,8 +26,11 @@ from uuid import UUID
 import psycopg
 from psycopg.types.json import Jsonb
 
-from agentruns.adapters.postgres import close_postgres_stores, make_postgres_stores
-from agentruns.adapters.postgres import sql as statements
+from agentruns.adapters.postgres import (
+    close_postgres_stores,
+    make_postgres_stores,
+    sql as statements,
+)
 from agentruns.adapters.postgres.migrate import migrate
 from agentruns.app.kinds import RunKind, RunKinds
 from agentruns.app.runs import AgentRuns

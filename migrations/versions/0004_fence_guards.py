@@ -1,7 +1,7 @@
 """The schema enforces the fence on its own, whoever writes (ADRs/0016).
 
 Revision ID: 0004_fence_guards
-Revises: 0003_workspace_subjects
+Revises: 0008_review_example_out
 
 Every rule about a run is a comparison in a BEFORE trigger, of NEW with OLD or of NEW alone, with
 no table read; only event inserts read their runs (one joined read per statement), since an event
@@ -21,7 +21,6 @@ is fenced to its run's current epoch. Every refusal is a check violation that na
   and which columns each state fills.
 - ``guard_agent_run_event``: an event is appended only to a leased run at its current epoch, never
   rewritten, and deleted only with its run or once its run has ended.
-- ``review_job_run_agrees`` also compares the job's workspace, subject and attempt with its run's.
 - ``ck_agent_sandbox_*`` and ``guard_agent_sandbox_times``: a sandbox shuts down after its request,
   is first called and last used between its request and its shutdown, and ``ready_at`` and
   ``last_used_at`` never move back.
@@ -39,7 +38,7 @@ from types import ModuleType
 from alembic import op
 
 revision = "0004_fence_guards"
-down_revision = "0003_workspace_subjects"
+down_revision = "0008_review_example_out"
 branch_labels = None
 depends_on = None
 
@@ -236,46 +235,6 @@ CREATE TRIGGER guard_agent_run_event_delete AFTER DELETE ON agent_run_event
     FOR EACH STATEMENT EXECUTE FUNCTION guard_agent_run_event_delete();
 """
 
-# As 0001's check, plus the job's workspace, subject and attempt (its run's epoch less one while
-# leased, else its epoch: ReviewRunKind.attempt). Same cost: the same one joined read.
-REVIEWS = """
-CREATE OR REPLACE FUNCTION review_job_run_agrees() RETURNS trigger LANGUAGE plpgsql AS $$
-DECLARE
-    pair record;
-    target uuid;
-    run_attempt integer;
-BEGIN
-    IF TG_TABLE_NAME = 'review_job' THEN
-        target := NEW.run_id;
-    ELSE
-        target := NEW.id;
-    END IF;
-    SELECT j.status, j.workspace AS job_workspace, j.subject AS job_subject,
-           j.attempt AS job_attempt, r.state, r.workspace, r.subject, r.epoch INTO pair
-        FROM review_job j JOIN agent_run r ON r.id = j.run_id WHERE j.run_id = target;
-    IF NOT FOUND THEN
-        RETURN NULL;
-    END IF;
-    IF NOT ((pair.status = 'queued' AND pair.state = 'queued')
-            OR (pair.status = 'running' AND pair.state = 'leased')
-            OR (pair.status = 'ended' AND pair.state = 'ended')) THEN
-        RAISE EXCEPTION 'review job % is % but its run is %', target, pair.status, pair.state
-            USING ERRCODE = 'check_violation', CONSTRAINT = 'review_job_run_agrees';
-    END IF;
-    run_attempt := pair.epoch - CASE WHEN pair.state = 'leased' THEN 1 ELSE 0 END;
-    IF pair.job_workspace IS DISTINCT FROM pair.workspace
-            OR pair.job_subject IS DISTINCT FROM pair.subject
-            OR pair.job_attempt IS DISTINCT FROM run_attempt THEN
-        RAISE EXCEPTION 'review job % names %/% at attempt % but its run is %/% at attempt %',
-            target, pair.job_workspace, pair.job_subject, pair.job_attempt, pair.workspace,
-            pair.subject, run_attempt
-            USING ERRCODE = 'check_violation', CONSTRAINT = 'review_job_run_agrees';
-    END IF;
-    RETURN NULL;
-END
-$$;
-"""
-
 SANDBOX_CHECKS = """
 ALTER TABLE agent_sandbox
     ADD CONSTRAINT ck_agent_sandbox_shutdown CHECK (shutdown_at > requested_at),
@@ -360,7 +319,7 @@ def _function(block: str, until: str) -> str:
 
 
 def upgrade() -> None:
-    for block in (GUARD, FROZEN, EVENTS, REVIEWS, SANDBOX_CHECKS, SANDBOX_GUARD):
+    for block in (GUARD, FROZEN, EVENTS, SANDBOX_CHECKS, SANDBOX_GUARD):
         op.execute(block)
 
 
@@ -368,5 +327,4 @@ def downgrade() -> None:
     op.execute(DOWN)
     first = _revision("0001_runs.py")
     op.execute(_function(first.GUARD, "CREATE TRIGGER"))
-    op.execute(_function(first.REVIEWS, "CREATE CONSTRAINT TRIGGER"))
     op.execute(_function(_revision("0002_sandboxes.py").GUARD, "CREATE TRIGGER"))

@@ -15,8 +15,7 @@ from typing import Any
 from uuid import UUID
 
 import pytest
-from hypothesis import HealthCheck, event, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, event, given, settings, strategies as st
 
 from agentruns.app.ports import BudgetHold
 from agentruns.app.runs import AgentRuns

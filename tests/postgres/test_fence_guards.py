@@ -8,7 +8,7 @@ are accepted (the last tests), so the guards refuse exactly what they should.
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from uuid import UUID, uuid4
 
@@ -16,7 +16,8 @@ import psycopg
 import pytest
 from psycopg import errors
 
-from tests.postgres_server import cloned_database
+from agentruns.adapters.postgres.migrate import MigrationChain
+from agentruns.testing import PostgresTestServer
 
 pytestmark = pytest.mark.postgres
 
@@ -313,11 +314,13 @@ ILLEGAL = {
 
 
 @pytest.fixture(scope="module")
-def db(postgres_server: str) -> Iterator[Db]:
-    """One database for the module: each case writes a run of its own, and a refused write
-    leaves it as it was."""
+def db(
+    agentruns_server: PostgresTestServer, agentruns_migrations: Sequence[MigrationChain]
+) -> Iterator[Db]:
+    """One database for the module (with the review example's chain, as every test database):
+    each case writes a run of its own, and a refused write leaves it as it was."""
     with (
-        cloned_database(postgres_server) as url,
+        agentruns_server.database(agentruns_migrations) as url,
         psycopg.connect(url, autocommit=True) as connection,
     ):
         yield connection

@@ -19,8 +19,7 @@ from typing import Any
 import httpx
 import pytest
 import schemathesis
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 from schemathesis import GenerationMode
 
 from agentruns.entrypoints.gateway import create_gateway

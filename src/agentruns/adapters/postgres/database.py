@@ -31,9 +31,10 @@ from agentruns.domain.errors import (
     TransactionConflict,
 )
 
-# Constraints and triggers whose refusal means "the state table, a run's identity or its fence
-# says no" (migrations 0001, 0002 and 0004; ADRs/0016). Any other ``guard_`` or ``ck_`` name is
-# a refusal too.
+# What the refusals of agentruns' own constraints and triggers mean (migrations 0001, 0002 and
+# 0004; ADRs/0016). Every other integrity error (a host's constraint or trigger on its domain
+# row, say) is a refusal too, named by its constraint: it becomes IllegalTransition just the
+# same, never StoreUnavailable.
 _REFUSALS = {
     "guard_agent_run": "the run's state table or identity",
     "guard_agent_run_epoch": "a claim takes the next epoch and nothing else changes it",
@@ -47,10 +48,8 @@ _REFUSALS = {
     "guard_agent_run_queued": "a queued run has no holder, lease or end",
     "guard_agent_run_leased": "a leased run has a holder and a lease",
     "guard_agent_run_ended": "an ended run has a reason and an end time, and no lease",
-    "review_job_run_agrees": "a review job must agree with its run",
     "uq_agent_run_leased_subject": "at most one run of a subject is leased",
     "agent_run_pkey": "a run with this id exists already",
-    "review_job_pkey": "a review job for this run exists already",
     "guard_agent_sandbox": "the sandbox's state table or identity",
     "guard_agent_sandbox_times": "a sandbox's first call is kept and its last use never goes back",
     "uq_agent_sandbox_live_subject": "at most one live sandbox per subject",
@@ -78,11 +77,8 @@ def translate(exc: BaseException) -> AgentRunsError:
     orig = exc.orig if isinstance(exc, DBAPIError) else exc
     if isinstance(orig, psycopg.errors.IntegrityError):
         name = orig.diag.constraint_name or ""
-        if name in _REFUSALS or name.startswith(("ck_", "guard_")):
-            why = _REFUSALS.get(name, f"check {name}")
-            return IllegalTransition(
-                "the database", "refused", f"{why}: {orig.diag.message_primary}"
-            )
+        why = _REFUSALS.get(name, f"constraint {name}" if name else "an integrity check")
+        return IllegalTransition("the database", "refused", f"{why}: {orig.diag.message_primary}")
     if isinstance(orig, (psycopg.DataError, ValueError)):
         # PostgreSQL, or the driver before it sends (text it cannot encode, a number it cannot
         # write), cannot take a value: the request's fault, not an outage, so not retried.
@@ -99,7 +95,13 @@ class PostgresTransaction(Transaction):
         self.connection = connection
 
 
-def connection_of(tx: Transaction) -> AsyncConnection:
+def postgres_connection(tx: Transaction) -> AsyncConnection:
+    """The SQLAlchemy connection of an agentruns transaction on PostgreSQL.
+
+    A kind's handler runs the statements of its own domain row on it, inside agentruns'
+    transaction, so the row and its run commit or roll back together. Driver errors raised
+    there leave the transaction translated like agentruns' own: a refused constraint or trigger
+    as :class:`~agentruns.domain.errors.IllegalTransition`."""
     if not isinstance(tx, PostgresTransaction):
         raise TypeError("a PostgreSQL store was handed a transaction of another adapter family")
     return tx.connection
@@ -110,7 +112,7 @@ async def fetch(
 ) -> Sequence[RowMapping]:
     """Run ``statement`` in ``tx`` and return its rows, translating driver errors."""
     try:
-        result = await connection_of(tx).execute(statement, dict(params))
+        result = await postgres_connection(tx).execute(statement, dict(params))
         return result.mappings().all()
     except (SQLAlchemyError, psycopg.Error, OSError, ValueError) as exc:
         raise translate(exc) from exc
@@ -119,7 +121,7 @@ async def fetch(
 async def execute(tx: Transaction, statement: TextClause, params: Mapping[str, Any]) -> int:
     """Run ``statement`` in ``tx`` for its effect; the number of rows it touched."""
     try:
-        result = await connection_of(tx).execute(statement, dict(params))
+        result = await postgres_connection(tx).execute(statement, dict(params))
         return result.rowcount
     except (SQLAlchemyError, psycopg.Error, OSError, ValueError) as exc:
         raise translate(exc) from exc
@@ -182,7 +184,7 @@ class PostgresDatabase(TransactionScope):
     @asynccontextmanager
     async def savepoint(self, tx: Transaction) -> AsyncIterator[None]:
         try:
-            async with connection_of(tx).begin_nested():
+            async with postgres_connection(tx).begin_nested():
                 yield
         except (SQLAlchemyError, psycopg.Error, OSError) as exc:
             raise translate(exc) from exc
