@@ -1,14 +1,14 @@
 """``python -m bench.guard_cost``: what the schema's fence guards cost each hot statement.
 
-Small databases on one server, the same few hundred runs in each: ``0003`` (migrated to
-``0003_workspace_subjects``: no fence guards), ``0004`` (the head: ``0004_fence_guards``), and two
-designs ADRs/0016 rejected: ``0003+checks`` (the one-row rules as CHECK constraints) and
-``0004-row-events`` (the event guard as a row trigger reading each event's run FOR SHARE). Each
-hot statement of the adapter runs under EXPLAIN (ANALYZE, BUFFERS, WAL) ``--repeat`` times in a
-transaction that is rolled back, so every repetition meets the same rows, the databases taking
-turns; the medians of the execution time, of each trigger's time, and of buffers and WAL records
-are printed side by side. A cost probe of single statements on a small database, not a
-throughput bench.
+Small databases on one server, the same few hundred runs in each: ``before`` (migrated to
+``0008_review_example_out``, the revision before the fence guards), ``0004`` (the head:
+``0004_fence_guards``), and two designs ADRs/0016 rejected: ``before+checks`` (the one-row rules
+as CHECK constraints) and ``0004-row-events`` (the event guard as a row trigger reading each
+event's run FOR SHARE). Each hot statement of the adapter runs under EXPLAIN (ANALYZE, BUFFERS,
+WAL) ``--repeat`` times in a transaction that is rolled back, so every repetition meets the same
+rows, the databases taking turns; the medians of the execution time, of each trigger's time, and
+of buffers and WAL records are printed side by side. A cost probe of single statements on a
+small database, not a throughput bench.
 """
 
 from __future__ import annotations
@@ -144,7 +144,7 @@ def _cases(side: Side) -> dict[str, tuple[str, Callable[[int], dict[str, Any]]]]
         "claim, limit 1": (statements.CLAIM.text, lambda _: claim),
         "renew": (statements.RENEW.text, side.fence),
         "step boundary (renew + event)": (statements.RENEW_AND_APPEND.text, step),
-        "append under a held fence": (statements.APPEND_EVENT.text, step),
+        "append alone (run not locked yet)": (statements.APPEND_EVENT.text, step),
         f"group of {GROUP} step boundaries": (statements.RENEW_AND_APPEND_MANY.text, side.group),
         "fenced end": (
             statements.END_FENCED.text,
@@ -214,10 +214,13 @@ CREATE TRIGGER guard_agent_run_event BEFORE INSERT ON agent_run_event
 """
 
 
+# The core chain's head before 0004_fence_guards.
+BEFORE = "0008_review_example_out"
+
 VARIANTS: dict[str, tuple[str, Callable[[], str] | None]] = {
-    "0003": ("0003_workspace_subjects", None),
+    "before": (BEFORE, None),
     "0004": ("head", None),
-    "0003+checks": ("0003_workspace_subjects", lambda: _CHECKS),
+    "before+checks": (BEFORE, lambda: _CHECKS),
     "0004-row-events": ("head", lambda: _ROW_EVENTS),
 }
 

@@ -57,7 +57,7 @@ _REASONS = ", ".join(f"'{reason}'" for reason in REASONS)
 # 0001's guard, grown by the fence and the rules about one row. A CHECK constraint would be the
 # natural home of a rule about one row, but the executor prepares every CHECK expression of the
 # table again for each statement (ADRs/0016 has the measurement: the five rules below cost about
-# 40-80 us per renewal as constraints, against about 10 us here), while PL/pgSQL keeps its
+# 55 us per renewal as constraints, against about 12 us here), while PL/pgSQL keeps its
 # expressions prepared for the session. So one expression accepts a legal write, the path every
 # write of the adapter takes; the rules are told apart, in order, only for a write it refuses.
 GUARD = f"""
