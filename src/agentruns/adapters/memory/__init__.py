@@ -12,6 +12,7 @@ from agentruns.adapters.memory.reviews import MemoryReviewJobs
 from agentruns.adapters.memory.runs import MemoryEventLog, MemoryRunStore
 from agentruns.adapters.memory.sandbox_claims import MemorySandboxClaims
 from agentruns.adapters.memory.sandboxes import MemorySandboxStore
+from agentruns.adapters.memory.schedules import MemoryScheduleStore
 from agentruns.adapters.memory.stats import MemoryRunStats
 from agentruns.adapters.memory.workspaces import MemoryWorkspaceStore
 from agentruns.app.family import AdapterFamily
@@ -32,6 +33,7 @@ class MemoryFamily(AdapterFamily):
         self.review_jobs = MemoryReviewJobs(self.database)
         self._sandboxes = MemorySandboxStore(self.database, clock, self.runs)
         self._stats = MemoryRunStats(self.database, self.runs, self.workspaces, clock)
+        self._schedules = MemoryScheduleStore(self.database, clock)
         self._stores = Stores(
             scope=self.database,
             runs=self.runs,
@@ -52,6 +54,10 @@ class MemoryFamily(AdapterFamily):
     def stats(self) -> MemoryRunStats:
         return self._stats
 
+    @property
+    def schedules(self) -> MemoryScheduleStore:
+        return self._schedules
+
     async def close(self) -> None:
         """Nothing to release: the family lives as long as a reference to it."""
 
@@ -71,6 +77,7 @@ __all__ = [
     "MemoryRunStore",
     "MemorySandboxClaims",
     "MemorySandboxStore",
+    "MemoryScheduleStore",
     "MemoryTable",
     "MemoryTransaction",
     "MemoryWorkspaceStore",
