@@ -12,7 +12,8 @@ from datetime import datetime
 from typing import Annotated, Literal
 
 import typer
-from rich.table import Table
+from rich.console import Group, RenderableType
+from rich.text import Text
 
 from agentruns.app.schedules import SyncReport
 from agentruns.domain.errors import RunNotFound
@@ -92,23 +93,24 @@ def _fields(listed: _Listed) -> dict[str, object]:
     }
 
 
-def _table(listed: list[_Listed]) -> Table:
-    table = Table(title="Schedules", title_justify="left")
-    for column in ("name", "kind", "when", "status", "next tick", "last tick", "last run"):
-        table.add_column(column)
+def _listing(listed: list[_Listed]) -> Group:
+    """One block per schedule (readable at 80 columns, where a table of seven would fold)."""
+    blocks: list[RenderableType] = []
     for one in listed:
         state = one.state
         timezone = state.schedule.timezone
-        table.add_row(
-            state.name,
-            state.schedule.kind,
-            _timing(state),
-            _status(state),
-            "-" if not state.active else _moment(state.next_tick_at, timezone),
-            _moment(state.last_tick_at, timezone),
-            _run_text(one),
+        status = _status(state)
+        head = Text.assemble(
+            (state.name, "bold"),
+            f"  {state.schedule.kind}  {_timing(state)}  ",
+            (status, "green" if status == "active" else "yellow"),
         )
-    return table
+        next_tick = "-" if not state.active else _moment(state.next_tick_at, timezone)
+        blocks.append(head)
+        blocks.append(Text(f"  next tick  {next_tick}"))
+        blocks.append(Text(f"  last tick  {_moment(state.last_tick_at, timezone)}"))
+        blocks.append(Text(f"  last run   {_run_text(one)}"))
+    return Group(*blocks)
 
 
 @schedules_app.command("list")
@@ -127,7 +129,7 @@ def schedules_list(
         elif not listed:
             out.print("no schedules: declare them with the kinds and run `schedules sync`")
         else:
-            out.print(_table(listed))
+            out.print(_listing(listed))
 
     guarded(body)
 
