@@ -113,7 +113,7 @@ async def test_the_sandbox_revision_downgrades_and_upgrades(postgres_server: str
             }
             assert "agent_sandbox" not in tables
             assert "agent_run" in tables
-        migrate(url)
+        migrate(url, "0002_sandboxes")
         with psycopg.connect(url) as connection:
             row = connection.execute("SELECT version_num FROM alembic_version").fetchone()
             assert row == ("0002_sandboxes",)
