@@ -9,13 +9,16 @@
 
 :meth:`AgentRunsHarness.drain` runs the worker and the reaper until nothing is due, moving the
 manual clock to the next due run or lease expiry when it has to, so backoffs and lost leases play
-out in a test without waiting.
+out in a test without waiting. With schedules (``harness(kind, schedules=[...])``) and
+``drain(until=...)``, it also moves the clock across every schedule tick up to ``until``, so a
+test can say "after three days, three digests ran".
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -27,8 +30,11 @@ from agentruns.app.kinds import RunKind, RunKinds
 from agentruns.app.ports import Stores
 from agentruns.app.reaper import AgentRunReaper
 from agentruns.app.runs import AgentRuns
+from agentruns.app.scheduler import AgentScheduler
+from agentruns.app.schedules import AgentSchedules
 from agentruns.app.worker import Worker
 from agentruns.domain.run import AgentRun
+from agentruns.domain.schedule import Schedule
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import RunOutcome
 from agentruns.entrypoints.container import AgentRunsContainer
@@ -36,9 +42,11 @@ from agentruns.entrypoints.container import AgentRunsContainer
 
 @dataclass
 class DrainReport:
-    """What a drain did: worker outcomes and the reaper's take-backs."""
+    """What a drain did: worker outcomes, the reaper's take-backs and the runs schedule ticks
+    enqueued."""
 
     outcomes: Counter[RunOutcome] = field(default_factory=Counter)
+    scheduled: int = 0
     taken_back: int = 0
     overdue_ended: int = 0
     rounds: int = 0
@@ -55,6 +63,9 @@ class AgentRunsHarness:
         self.runs: AgentRuns = container.runs()
         self.worker: Worker = container.worker(holder="test-worker")
         self.reaper: AgentRunReaper = container.reaper()
+        self.schedules: AgentSchedules = container.schedules()
+        self.scheduler: AgentScheduler = container.scheduler()
+        self._synced = False
 
     def all_runs(self) -> list[AgentRun]:
         """Every run in the store, in queue order (memory only: a test's view of the table)."""
@@ -70,20 +81,39 @@ class AgentRunsHarness:
         future = [moment for moment in moments if moment is not None]
         return min(future) if future else None
 
-    async def drain(self, *, advance: bool = True, max_rounds: int = 10_000) -> DrainReport:
-        """Run worker and reaper until nothing is due; with ``advance``, move the clock to the
-        next due moment whenever nothing is due now, until no run is left unended."""
+    def next_tick(self) -> datetime | None:
+        """The next tick of an active schedule (memory only)."""
+        ticks = [
+            state.next_tick_at
+            for state in self.memory.schedules.rows.values()
+            if state.active and state.next_tick_at is not None
+        ]
+        return min(ticks, default=None)
+
+    async def drain(
+        self, *, until: datetime | None = None, advance: bool = True, max_rounds: int = 10_000
+    ) -> DrainReport:
+        """Run the scheduler, worker and reaper until nothing is due; with ``advance``, move the
+        clock to the next due moment whenever nothing is due now, until no run is left unended.
+
+        With ``until``, the clock also crosses schedule ticks, and stops at ``until``: ticks,
+        due runs and lease expiries after it wait for the next drain. The declared schedules are
+        synced on the first drain."""
+        if not self._synced:
+            await self.schedules.sync()
+            self._synced = True
         report = DrainReport()
         before = Counter(self.worker.stats.outcomes)
         for _ in range(max_rounds):
             report.rounds += 1
+            report.scheduled += len((await self.scheduler.tick()).enqueued)
             claimed = await self.worker.claim_and_drive(limit=32)
             reaped = await self.reaper.tick()
             report.taken_back += reaped.taken_back
             report.overdue_ended += reaped.overdue_ended
             if claimed or reaped.taken_back or reaped.overdue_ended:
                 continue
-            moment = self.next_moment() if advance else None
+            moment = self._next_moment(until) if advance else None
             if moment is None:
                 break
             if moment > self.clock.now():
@@ -93,12 +123,27 @@ class AgentRunsHarness:
         report.outcomes = Counter(self.worker.stats.outcomes) - before
         return report
 
+    def _next_moment(self, until: datetime | None) -> datetime | None:
+        moments = [self.next_moment()]
+        if until is not None:
+            moments.append(self.next_tick())
+            moments = [moment for moment in moments if moment is None or moment <= until]
+            if self.clock.now() < until:
+                moments.append(until)  # nothing else before it: the clock ends there
+        found = [moment for moment in moments if moment is not None]
+        return min(found, default=None)
 
-def harness(*kinds: RunKind, seed: int = 0, start: datetime | None = None) -> AgentRunsHarness:
-    """A ready in-memory agentruns with a manual clock, seeded randomness and these kinds."""
+def harness(
+    *kinds: RunKind,
+    seed: int = 0,
+    start: datetime | None = None,
+    schedules: Sequence[Schedule] = (),
+) -> AgentRunsHarness:
+    """A ready in-memory agentruns with a manual clock, seeded randomness, these kinds and the
+    schedules of their runs."""
     clock = ManualClock(start)
     container = AgentRunsContainer()
     container.clock.override(providers.Object(clock))
     container.rng.override(providers.Object(random.Random(seed)))
-    container.kinds.override(providers.Object(RunKinds(kinds)))
+    container.kinds.override(providers.Object(RunKinds(kinds, schedules=schedules)))
     return AgentRunsHarness(container, clock)
