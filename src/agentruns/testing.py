@@ -133,6 +133,7 @@ class AgentRunsHarness:
         found = [moment for moment in moments if moment is not None]
         return min(found, default=None)
 
+
 def harness(
     *kinds: RunKind,
     seed: int = 0,
