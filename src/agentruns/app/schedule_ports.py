@@ -32,8 +32,9 @@ class ScheduleStore(Protocol):
     """The schedules table (definitions, operator state, the next tick) and the ticks table."""
 
     async def lock_all(self, tx: Transaction) -> list[ScheduleState]:
-        """Every stored schedule; concurrent callers (replicas syncing at start) wait for each
-        other until the transaction ends."""
+        """Every stored schedule, locked until the transaction ends (a pass ticking one is
+        waited for; later passes skip it); concurrent callers (replicas syncing at start) wait
+        for each other."""
         ...
 
     async def all(self, tx: Transaction) -> list[ScheduleState]:

@@ -36,6 +36,9 @@ LOCK_SYNC = _stmt("SELECT pg_advisory_xact_lock(hashtext('agentruns.schedules.sy
 
 LIST = _stmt(f"SELECT {SCHEDULE_COLUMNS} FROM agent_schedule ORDER BY name")
 
+# A sync holds every row it may rewrite, so a pass ticking one finishes first (or skips it).
+LIST_LOCKED = _stmt(f"SELECT {SCHEDULE_COLUMNS} FROM agent_schedule ORDER BY name FOR UPDATE")
+
 GET = _stmt(f"SELECT {SCHEDULE_COLUMNS} FROM agent_schedule WHERE name = :name")
 
 GET_LOCKED = _stmt(f"SELECT {SCHEDULE_COLUMNS} FROM agent_schedule WHERE name = :name FOR UPDATE")

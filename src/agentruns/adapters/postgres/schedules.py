@@ -80,7 +80,7 @@ class PostgresScheduleStore(ScheduleStore):
 
     async def lock_all(self, tx: Transaction) -> list[ScheduleState]:
         await fetch(tx, sql.LOCK_SYNC, {})
-        return await self.all(tx)
+        return [state_from_row(row) for row in await fetch(tx, sql.LIST_LOCKED, {})]
 
     async def all(self, tx: Transaction) -> list[ScheduleState]:
         return [state_from_row(row) for row in await fetch(tx, sql.LIST, {})]
