@@ -81,15 +81,6 @@ class AgentRunsHarness:
         future = [moment for moment in moments if moment is not None]
         return min(future) if future else None
 
-    def next_tick(self) -> datetime | None:
-        """The next tick of an active schedule (memory only)."""
-        ticks = [
-            state.next_tick_at
-            for state in self.memory.schedules.rows.values()
-            if state.active and state.next_tick_at is not None
-        ]
-        return min(ticks, default=None)
-
     async def drain(
         self, *, until: datetime | None = None, advance: bool = True, max_rounds: int = 10_000
     ) -> DrainReport:
@@ -106,14 +97,15 @@ class AgentRunsHarness:
         before = Counter(self.worker.stats.outcomes)
         for _ in range(max_rounds):
             report.rounds += 1
-            report.scheduled += len((await self.scheduler.tick()).enqueued)
+            ticked = await self.scheduler.tick()
+            report.scheduled += len(ticked.enqueued)
             claimed = await self.worker.claim_and_drive(limit=32)
             reaped = await self.reaper.tick()
             report.taken_back += reaped.taken_back
             report.overdue_ended += reaped.overdue_ended
             if claimed or reaped.taken_back or reaped.overdue_ended:
                 continue
-            moment = self._next_moment(until) if advance else None
+            moment = self._next_moment(ticked.next_due_at, until) if advance else None
             if moment is None:
                 break
             if moment > self.clock.now():
@@ -123,10 +115,10 @@ class AgentRunsHarness:
         report.outcomes = Counter(self.worker.stats.outcomes) - before
         return report
 
-    def _next_moment(self, until: datetime | None) -> datetime | None:
+    def _next_moment(self, next_tick: datetime | None, until: datetime | None) -> datetime | None:
         moments = [self.next_moment()]
         if until is not None:
-            moments.append(self.next_tick())
+            moments.append(next_tick)
             moments = [moment for moment in moments if moment is None or moment <= until]
             if self.clock.now() < until:
                 moments.append(until)  # nothing else before it: the clock ends there
