@@ -114,6 +114,8 @@ def test_schedules_sync_list_pause_and_resume(postgres_url: str) -> None:
     assert fields["daily-digest"]["status"] == "paused"
     assert fields["heartbeat"]["status"] == "active"
     assert fields["heartbeat"]["last_tick"] is None
+    assert fields["daily-digest"]["changed_at"] > fields["daily-digest"]["added_at"]
+    assert fields["heartbeat"]["changed_at"] == fields["heartbeat"]["added_at"]
 
     resumed = invoke(postgres_url, "schedules", "resume", "daily-digest")
     assert resumed.exit_code == 0, resumed.output

@@ -226,14 +226,15 @@ def test_fired_records_the_newest_tick_and_its_run() -> None:
     state = added(schedule(), NOON)
     plan = plan_ticks(state.schedule, state.next_tick_at, NOON + 2 * HOUR)
     run_id = uuid.UUID(int=7)
-    after = fired(state, plan, (NOON + 2 * HOUR, run_id), NOON + 2 * HOUR)
+    after = fired(state, plan, (NOON + 2 * HOUR, run_id))
     assert (after.last_tick_at, after.last_run, after.next_tick_at) == (
         NOON + 2 * HOUR,
         run_id,
         NOON + 3 * HOUR,
     )
-    unchanged = fired(after, plan_ticks(state.schedule, None, NOON), None, NOON)
+    unchanged = fired(after, plan_ticks(state.schedule, None, NOON), None)
     assert unchanged.last_run == run_id
+    assert after.updated_at == state.updated_at == NOON  # ticking is not a change
 
 
 def test_reconcile_adds_back_a_removed_schedule_from_the_next_tick() -> None:

@@ -114,7 +114,7 @@ class AgentScheduler:
             await self._store.record_tick(tx, name, tick_at, run.id)
             last = (tick_at, run.id)
             report.enqueued.append((name, tick_at, run))
-        await self._store.put(tx, fired(state, plan, last, now))
+        await self._store.put(tx, fired(state, plan, last))
         await self._store.prune_ticks(tx, name, now - self._retention)
         if plan.skipped is not None:
             report.skipped += 1

@@ -21,7 +21,9 @@ _TICK = timedelta(microseconds=1)
 @dataclass(frozen=True, slots=True)
 class ScheduleState:
     """A schedule as the table keeps it. ``next_tick_at`` is ``None`` when it never ticks
-    again; a paused or removed schedule does not tick."""
+    again; a paused or removed schedule does not tick. ``created_at``, ``updated_at`` and
+    ``removed_at`` record when a sync added it, when its definition or pause last changed, and
+    when a sync found it no longer declared."""
 
     schedule: Schedule
     created_at: datetime
@@ -88,10 +90,11 @@ class TickPlan:
 
 
 def fired(
-    state: ScheduleState, plan: TickPlan, last: tuple[datetime, UUID] | None, now: datetime
+    state: ScheduleState, plan: TickPlan, last: tuple[datetime, UUID] | None
 ) -> ScheduleState:
-    """The state after a pass carried ``plan`` out; ``last`` is its newest tick and run."""
-    changed = replace(state, next_tick_at=plan.next_tick_at, updated_at=now)
+    """The state after a pass carried ``plan`` out; ``last`` is its newest tick and run.
+    (``updated_at`` is left alone: it says when the definition or the pause last changed.)"""
+    changed = replace(state, next_tick_at=plan.next_tick_at)
     if last is None:
         return changed
     return replace(changed, last_tick_at=last[0], last_run=last[1])

@@ -90,6 +90,9 @@ def _fields(listed: _Listed) -> dict[str, object]:
         "last_tick": None if state.last_tick_at is None else state.last_tick_at.isoformat(),
         "last_run": None if state.last_run is None else str(state.last_run),
         "last_run_state": None if run is None else str(run.end_reason or run.state),
+        "added_at": state.created_at.isoformat(),
+        "changed_at": state.updated_at.isoformat(),
+        "removed_at": None if state.removed_at is None else state.removed_at.isoformat(),
     }
 
 
@@ -110,6 +113,12 @@ def _listing(listed: list[_Listed]) -> Group:
         blocks.append(Text(f"  next tick  {next_tick}"))
         blocks.append(Text(f"  last tick  {_moment(state.last_tick_at, timezone)}"))
         blocks.append(Text(f"  last run   {_run_text(one)}"))
+        changed = f"  added      {_moment(state.created_at, timezone)}"
+        if state.updated_at != state.created_at:
+            changed += f"; changed {_moment(state.updated_at, timezone)}"
+        if state.removed_at is not None:
+            changed += f"; removed {_moment(state.removed_at, timezone)}"
+        blocks.append(Text(changed))
     return Group(*blocks)
 
 
