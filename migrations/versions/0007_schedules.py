@@ -1,7 +1,7 @@
 """Schedules declared in code, and their claimed ticks.
 
 Revision ID: 0007_schedules
-Revises: 0003_workspace_subjects
+Revises: 0008_review_example_out
 
 ``agent_schedule`` keeps each schedule's definition as the code declares it (synced on start),
 the operator's pause, and ``next_tick_at``: the first tick no scheduler has decided yet.
@@ -15,7 +15,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0007_schedules"
-down_revision = "0003_workspace_subjects"
+down_revision = "0008_review_example_out"
 branch_labels = None
 depends_on = None
 

@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from agentruns.app.kinds import RunKinds
+from agentruns.app.kinds import NoDomainRow, RunKind, RunKinds
 from agentruns.app.ports import Transaction
 from agentruns.app.runs import AgentRuns
 from agentruns.app.scheduler import AgentScheduler
@@ -225,33 +225,22 @@ async def test_a_paused_schedule_does_not_tick_and_resumes_from_the_next_tick(
         await use_cases.pause("no-such-schedule")
 
 
-class _FailsOnce:
+class _FailsOnce(NoDomainRow):
     """A kind handler whose first enqueue raises: the pass fails after claiming its tick."""
 
     def __init__(self) -> None:
         self.failed = False
-
-    async def lock_domain_row(self, tx: Transaction, run: AgentRun) -> None:
-        return None
-
-    async def on_take_back(self, tx: Transaction, run: AgentRun, change: object) -> None:
-        return None
 
     async def on_moved(self, tx: Transaction, run: AgentRun) -> None:
         if not self.failed:
             self.failed = True
             raise RuntimeError("the process died mid-tick")
 
-    async def check_budget(self, tx: Transaction, run: AgentRun) -> None:
-        return None
-
 
 async def test_a_pass_that_fails_mid_tick_loses_nothing_and_the_next_pass_enqueues_it(
     backend: Backend, runs: AgentRuns, kinds: RunKinds, rng: random.Random
 ) -> None:
     """The claim, the run and the next tick roll back together; the next pass enqueues it."""
-    from agentruns.app.kinds import RunKind  # the contract kinds' steps, a failing handler
-
     failing = RunKind(kinds.get("chat").policy, kinds.get("chat").steps, _FailsOnce())
     flaky = RunKinds([failing], schedules=[every_minute()])
     flaky_runs = AgentRuns(backend.stores, flaky, rng)

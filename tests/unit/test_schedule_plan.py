@@ -6,8 +6,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from agentruns.app.kinds import RunKind, RunKinds, StepEvent
 from agentruns.domain.bands import Band

@@ -7,8 +7,7 @@ from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from agentruns.domain.errors import InvalidSchedule
 from agentruns.domain.timing import Cron, Interval, Timing
