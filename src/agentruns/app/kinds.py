@@ -2,7 +2,7 @@
 
 A kind is its :class:`~agentruns.domain.kinds.RunKindPolicy` (lease, retry budget, backoff,
 deadline), an :class:`AgentRunHandler` that keeps the kind's own domain row agreeing with its run,
-and its steps. Steps are an async generator over the run: each yielded :class:`StepEvent` is a
+its steps, and optionally its own failure classifier (asked before the default rules). Steps are an async generator over the run: each yielded :class:`StepEvent` is a
 step boundary, where the worker renews the lease and only then persists the event.
 """
 
@@ -14,6 +14,7 @@ from typing import Protocol
 
 from agentruns.app.ports import BudgetHold, Transaction
 from agentruns.domain.errors import UnknownKind
+from agentruns.domain.failures import ClassifiedFailure, KindClassifier, classify_failure
 from agentruns.domain.kinds import RunKindPolicy
 from agentruns.domain.payload import JsonObject
 from agentruns.domain.run import AgentRun, RunChange
@@ -75,15 +76,31 @@ class NoDomainRow(AgentRunHandler):
 
 @dataclass(frozen=True, slots=True)
 class RunKind:
-    """A registered kind: its policy, its handler and its steps."""
+    """A registered kind: its policy, its handler, its steps, and its classifier.
+
+    ``classifier`` maps the errors of the kind's own providers to failure classes (returning
+    ``None`` for an error it does not know, which the default rules then classify); see
+    docs/failures.md for what the default rules read off model SDK errors.
+    """
 
     policy: RunKindPolicy
     steps: Steps
     handler: AgentRunHandler = field(default_factory=NoDomainRow)
+    classifier: KindClassifier | None = None
 
     @property
     def name(self) -> str:
         return self.policy.name
+
+    @property
+    def has_domain_row(self) -> bool:
+        """Whether the kind keeps a domain row of its own (its handler is not NoDomainRow): its
+        runs' moves then go through its handler, one run at a time."""
+        return not isinstance(self.handler, NoDomainRow)
+
+    def classify(self, error: BaseException) -> ClassifiedFailure:
+        """The failure class of a step's error: the kind's classifier first, then the defaults."""
+        return classify_failure(error, self.classifier)
 
 
 class RunKinds:
@@ -99,7 +116,7 @@ class RunKinds:
         if kind.name in self._kinds:
             raise ValueError(f"run kind {kind.name!r} is registered twice")
         self._kinds[kind.name] = kind
-        self._domain_rows = self._domain_rows or not isinstance(kind.handler, NoDomainRow)
+        self._domain_rows = self._domain_rows or kind.has_domain_row
 
     @property
     def any_domain_rows(self) -> bool:

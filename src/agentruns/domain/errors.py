@@ -6,7 +6,8 @@
     ├── InvalidRequest               bad input refused before anything is written
     │   ├── UnknownKind              no run kind registered under that name
     │   ├── InvalidPayload           the payload is not a JSON object
-    │   └── InvalidBand              no such band
+    │   ├── InvalidBand              no such band
+    │   └── InvalidDuration          not a duration, negative, or longer than a century
     ├── IllegalTransition            the state table does not allow the move
     ├── RunNotFound                  no run with that id
     ├── LeaseLost                    the fence is stale or its lease has expired
@@ -48,6 +49,10 @@ class InvalidPayload(InvalidRequest):
 
 class InvalidBand(InvalidRequest):
     """The band is not one of INTERACTIVE, BATCH, BACKGROUND."""
+
+
+class InvalidDuration(InvalidRequest):
+    """A duration that is not one (``7d``, ``PT30S``), is negative, or is absurdly long."""
 
 
 class IllegalTransition(AgentRunsError):

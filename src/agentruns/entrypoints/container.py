@@ -35,12 +35,14 @@ from agentruns.app.runs import AgentRuns
 from agentruns.app.sandbox_ports import SandboxClaims, SandboxTokens
 from agentruns.app.sandbox_reaper import AgentSandboxReaper
 from agentruns.app.sandboxes import AgentSandboxes, AgentSandboxKind
+from agentruns.app.tracing import NoTracing, Tracing
 from agentruns.app.worker import Worker
 from agentruns.domain.errors import StoreUnavailable
 from agentruns.domain.sandbox import SandboxTimings
 from agentruns.entrypoints.settings import AgentRunsSettings
 
 if TYPE_CHECKING:
+    from agentruns.adapters.prometheus import MetricsServer
     from agentruns.adapters.tokens import SigningKey
 
 # The PostgreSQL and Prometheus adapters are imported when first used, so a host on the memory
@@ -59,6 +61,17 @@ def prometheus_metrics() -> Metrics:
     from agentruns.adapters.prometheus import PrometheusMetrics
 
     return PrometheusMetrics()
+
+
+def otel_tracing() -> Tracing:
+    """Spans to the global OpenTelemetry tracer provider (``AGENTRUNS_TRACING=otel``)."""
+    try:
+        from agentruns.adapters.otel import OtelTracing
+    except ImportError as exc:
+        raise StoreUnavailable(
+            "AGENTRUNS_TRACING=otel needs OpenTelemetry: pip install 'agentruns[otel]'"
+        ) from exc
+    return OtelTracing()
 
 
 def sandbox_timings(settings: AgentRunsSettings) -> SandboxTimings:
@@ -106,12 +119,20 @@ class AgentRunsContainer(containers.DeclarativeContainer):
         prometheus=providers.Singleton(prometheus_metrics),
     )
 
+    # "none" records nothing; "otel" makes spans for the OpenTelemetry tracer provider.
+    tracing = providers.Selector(
+        settings.provided.tracing,
+        none=providers.Singleton(NoTracing),
+        otel=providers.Singleton(otel_tracing),
+    )
+
     runs = providers.Singleton(
         AgentRuns,
         stores=stores,
         kinds=kinds,
         rng=rng,
         band_aging=settings.provided.band_aging,
+        tracing=tracing,
     )
     reaper = providers.Singleton(
         AgentRunReaper,
@@ -133,6 +154,7 @@ class AgentRunsContainer(containers.DeclarativeContainer):
             lambda settings: settings.poll_interval.total_seconds(), settings
         ),
         metrics=metrics,
+        tracing=tracing,
     )
 
     sandbox_store = family.provided.sandboxes
@@ -223,13 +245,29 @@ async def close(container: AgentRunsContainer) -> None:
     await container.family().close()
 
 
-def serve_metrics(metrics: Metrics, port: int) -> None:
-    """Expose ``metrics`` (the Prometheus backend) on ``port`` at ``/metrics``."""
+def serve_metrics(
+    container: AgentRunsContainer, port: int, host: str = "127.0.0.1"
+) -> MetricsServer:
+    """Expose the container's metrics (switched to the Prometheus backend) on ``host:port`` at
+    ``/metrics``, with ``/healthz`` checking its database (200 when it answers, 503 when not).
+    Raises :class:`OSError` when the port cannot be bound."""
     from agentruns.adapters.prometheus import PrometheusMetrics, serve
 
+    container.metrics_backend.override("prometheus")
+    metrics = container.metrics()
     if not isinstance(metrics, PrometheusMetrics):
         raise TypeError("only the Prometheus metrics backend can be served")
-    serve(metrics, port)
+    url = container.settings().database_url
+    if container.profile() == "postgres" and url:
+        return serve(metrics, port, host, health=lambda: database_health(url))
+    return serve(metrics, port, host)
+
+
+def database_health(url: str) -> None:
+    """Return if the database at ``url`` answers a query now; raise StoreUnavailable if not."""
+    from agentruns.adapters.postgres import admin
+
+    admin.ping(url)
 
 
 # Sandboxes for the commands: the gateway and the reaper take what only the host knows from one
