@@ -16,6 +16,7 @@ Spans go to the tracer provider given, else the global one that the host (or
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
@@ -114,10 +115,9 @@ class _OtelRunTrace(RunTrace):
         if failure is not None:
             _mark_failed(self._span, failure)
         self._span.end()
-        try:
+        # Closed from another context (nothing of ours is current there): nothing to undo.
+        with contextlib.suppress(Exception):
             otel_context.detach(self._token)
-        except Exception:  # closed from another context: nothing of ours is current there
-            pass
 
 
 class OtelTracing(Tracing):

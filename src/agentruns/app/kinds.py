@@ -2,8 +2,9 @@
 
 A kind is its :class:`~agentruns.domain.kinds.RunKindPolicy` (lease, retry budget, backoff,
 deadline), an :class:`AgentRunHandler` that keeps the kind's own domain row agreeing with its run,
-its steps, and optionally its own failure classifier (asked before the default rules). Steps are an async generator over the run: each yielded :class:`StepEvent` is a
-step boundary, where the worker renews the lease and only then persists the event.
+its steps, and optionally its own failure classifier (asked before the default rules). Steps are
+an async generator over the run: each yielded :class:`StepEvent` is a step boundary, where the
+worker renews the lease and only then persists the event.
 """
 
 from __future__ import annotations

@@ -31,7 +31,6 @@ from agentruns.domain.backoff import RandomSource
 from agentruns.domain.bands import DEFAULT_BAND_AGING, Band
 from agentruns.domain.errors import (
     AgentRunsError,
-    IllegalTransition,
     InvalidRequest,
     RunNotFound,
     TransactionConflict,

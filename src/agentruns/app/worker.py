@@ -230,9 +230,11 @@ class Worker:
         await asyncio.gather(*(self.drive(run, claim_seconds=seconds) for run in claimed))
         return len(claimed)
 
-    async def run(self, stop: asyncio.Event, *, grace: float = 30.0) -> None:
+    async def run(self, stop: asyncio.Event, *, grace: float = 30.0, drain: bool = False) -> None:
         """Claim and drive runs until ``stop`` is set; then stop claiming, give running steps
-        ``grace`` seconds to finish, and leave the rest to lease expiry and the reaper."""
+        ``grace`` seconds to finish, and leave the rest to lease expiry and the reaper. With
+        ``drain``, also stop once nothing is due and nothing runs (a run requeued for later
+        stays queued)."""
         running = self._running
         # Listen before the first claim: a run queued between that claim and the first wait
         # would otherwise wake nobody until the poll interval.
@@ -251,9 +253,11 @@ class Worker:
                 task = asyncio.create_task(self.drive(run, claim_seconds=seconds))
                 running.add(task)
                 task.add_done_callback(running.discard)
+            if drain and not claimed and not running:
+                break
             if claimed and len(running) < self._concurrency:
                 continue
-            await self._idle(stop, running)
+            await self._idle(stop, running, any_end=drain)
         if running:
             _, pending = await asyncio.wait(running, timeout=grace)
             for task in pending:
@@ -273,13 +277,16 @@ class Worker:
         self._metrics.claimed(claimed, seconds)
         return claimed, seconds
 
-    async def _idle(self, stop: asyncio.Event, running: set[asyncio.Task[RunOutcome]]) -> None:
-        """Wait for a wake-up, a free slot, the stop signal or the poll interval."""
+    async def _idle(
+        self, stop: asyncio.Event, running: set[asyncio.Task[RunOutcome]], *, any_end: bool
+    ) -> None:
+        """Wait for a wake-up, a free slot, the stop signal or the poll interval; with
+        ``any_end``, for the end of any running run too (a draining worker checks again)."""
         waiters: set[asyncio.Future[object]] = {
             asyncio.ensure_future(stop.wait()),
             asyncio.ensure_future(self._notifier.wait(self._poll_interval)),
         }
-        if len(running) >= self._concurrency:
+        if running and (any_end or len(running) >= self._concurrency):
             waiters.add(asyncio.ensure_future(asyncio.wait(running, return_when="FIRST_COMPLETED")))
         _, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         for future in pending:

@@ -120,9 +120,7 @@ def status_of(error: BaseException) -> int | None:
 
 
 def _named_like(error: BaseException, *fragments: str) -> bool:
-    return any(
-        fragment in cls.__name__ for cls in type(error).__mro__ for fragment in fragments
-    )
+    return any(fragment in cls.__name__ for cls in type(error).__mro__ for fragment in fragments)
 
 
 def _classify_one(error: BaseException) -> FailureClass:

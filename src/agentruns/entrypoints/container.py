@@ -24,8 +24,9 @@ from typing import TYPE_CHECKING
 
 from dependency_injector import containers, providers
 
+from agentruns.adapters import embedded
 from agentruns.adapters.clock import SystemClock
-from agentruns.adapters.embedded import EmbeddedPostgres
+from agentruns.adapters.embedded import EmbeddedPostgres, EmbeddedStatus
 from agentruns.adapters.memory import MemoryFamily
 from agentruns.app.family import AdapterFamily
 from agentruns.app.kinds import RunKinds
@@ -194,6 +195,41 @@ def embedded_database(data_dir: Path) -> Iterator[str]:
         yield url
     finally:
         server.stop()
+
+
+def embedded_status(data_dir: Path) -> EmbeddedStatus:
+    """Whether the embedded PostgreSQL of ``data_dir`` runs, where, and who holds it."""
+    return embedded.status(data_dir)
+
+
+def keep_embedded(data_dir: Path) -> str:
+    """Start (or join) the embedded PostgreSQL of ``data_dir`` and keep it running after this
+    process exits, until :func:`stop_embedded`; its URL."""
+    server = EmbeddedPostgres(data_dir)
+    url = server.start()
+    server.keep()
+    server.stop()
+    return url
+
+
+def stop_embedded(data_dir: Path) -> bool:
+    """Stop the embedded PostgreSQL of ``data_dir``, whoever started it; False if it was not
+    running."""
+    return embedded.shutdown(data_dir)
+
+
+def database_named(url: str, name: str) -> str:
+    """The URL of database ``name`` on the server of ``url`` (the demo's, for one)."""
+    from agentruns.adapters.postgres import admin
+
+    return admin.with_database(url, name)
+
+
+def shown_url(url: str) -> str:
+    """``url`` with its password hidden."""
+    from agentruns.adapters.postgres import admin
+
+    return admin.shown_url(url)
 
 
 def use_postgres(container: AgentRunsContainer, url: str) -> None:

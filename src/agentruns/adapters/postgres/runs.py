@@ -346,7 +346,9 @@ class PostgresRunStore(RunStore):
         return failure_from_row(rows[0])
 
     async def failures(self, tx: Tx, run_id: UUID) -> list[FailureRecord]:
-        return [failure_from_row(row) for row in await fetch(tx, sql.LIST_FAILURES, {"run_id": run_id})]
+        return [
+            failure_from_row(row) for row in await fetch(tx, sql.LIST_FAILURES, {"run_id": run_id})
+        ]
 
     async def purge(self, tx: Tx, ended_before: datetime, limit: int) -> int:
         rows = await fetch(tx, sql.PURGE, {"ended_before": ended_before, "limit": limit})

@@ -157,8 +157,7 @@ ORDER BY deadline_at, seq LIMIT :limit
 # last failure (a leased -> leased update: no head moves, no wake-up) and the record is appended,
 # in one statement. Written only on failure, never on a successful step or end.
 _FAILURE_COLUMNS = (
-    "run_id, id, epoch, attempt, holder, error_type, message, failure_class, traceback, "
-    "recorded_at"
+    "run_id, id, epoch, attempt, holder, error_type, message, failure_class, traceback, recorded_at"
 )
 
 RECORD_FAILURE = _stmt(f"""
