@@ -41,11 +41,9 @@ def _masked(url: str) -> str:
 
 
 def shown_url(url: str) -> str:
-    """The URL with its password hidden, for a command to print."""
-    try:
-        return make_url(url).render_as_string(hide_password=True)
-    except (ArgumentError, ValueError):
-        return _masked(url)
+    """The URL with its password hidden, for a command to print (StoreUnavailable if it is not
+    a PostgreSQL URL)."""
+    return make_url(_parsed(url)).render_as_string(hide_password=True)
 
 
 def with_database(url: str, name: str) -> str:

@@ -14,7 +14,6 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Annotated, Any
 
-import click
 import typer
 from rich.console import Console
 from typer.core import TyperGroup
@@ -23,6 +22,10 @@ import agentruns
 from agentruns.entrypoints.logs import LogFormat, configure_logging
 
 _err = Console(stderr=True, highlight=False, soft_wrap=True)
+
+# The parser's error root, whichever click typer runs on (its own copy, or click itself).
+_PARSER_ERRORS = tuple(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
+_USAGE_ERRORS = tuple(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
 
 
 class OneLineErrors(TyperGroup):
@@ -41,14 +44,14 @@ class OneLineErrors(TyperGroup):
             return super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
         try:
             code = super().main(args, prog_name, complete_var, False, windows_expand_args, **extra)
-        except click.ClickException as exc:
-            message = " ".join(exc.format_message().split())
+        except _PARSER_ERRORS as exc:
+            message = " ".join(str(getattr(exc, "format_message", exc.__str__)()).split())
             context = getattr(exc, "ctx", None)
-            if isinstance(exc, click.UsageError) and context is not None:
+            if isinstance(exc, _USAGE_ERRORS) and context is not None:
                 message += f" (see `{context.command_path} --help`)"
             _err.print(f"agentruns: error: {message}", markup=False)
             sys.exit(1)
-        except click.Abort:
+        except typer.Abort:
             _err.print("agentruns: error: aborted", markup=False)
             sys.exit(1)
         sys.exit(code if isinstance(code, int) else 0)
