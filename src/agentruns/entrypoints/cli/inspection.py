@@ -100,7 +100,10 @@ def enqueue(
     workspace: Annotated[str, typer.Option(help="The tenant the run belongs to.")] = "default",
     subject: Annotated[
         str | None,
-        typer.Option(help="What the run works on; a subject's runs go one at a time, in order."),
+        typer.Option(
+            help="What the run works on; a subject's runs go one at a time, in order.",
+            show_default="KIND:the enqueue time (a subject of its own)",
+        ),
     ] = None,
     band: Annotated[str, typer.Option(help="interactive, batch or background.")] = "batch",
     payload: Annotated[str, typer.Option(help="The run's input, a JSON object.")] = "{}",
