@@ -78,7 +78,7 @@ def status(
             fields = {"database": where, **render.status_fields(report, orphan_after)}
             print(json.dumps(fields, indent=2))
         else:
-            out.print(f"database: {where}")
+            print(f"database: {where}")
             out.print(render.status(report, orphan_after))
 
     guarded(body)

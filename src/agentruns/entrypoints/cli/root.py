@@ -70,7 +70,7 @@ runs_app = typer.Typer(help="Runs: list, show, cancel, retry.", no_args_is_help=
 app.add_typer(db_app, name="db")
 app.add_typer(runs_app, name="runs")
 
-out = Console(highlight=False)
+out = Console(highlight=False, soft_wrap=True)
 
 DataDir = Annotated[
     Path | None,
