@@ -33,13 +33,16 @@ FROM generate_series(1, %(count)s) AS g
 BOOKKEEPING = """
 INSERT INTO agent_workspace (id) SELECT DISTINCT workspace FROM agent_run ON CONFLICT DO NOTHING;
 DELETE FROM agent_subject;
-INSERT INTO agent_subject (subject, head_run, head_workspace, head_kind, head_band, head_due_at,
+INSERT INTO agent_subject (workspace, subject, head_run, head_kind, head_band, head_due_at,
                            head_seq)
-SELECT DISTINCT ON (r.subject) r.subject, r.id, r.workspace, r.kind, r.band, r.due_at, r.seq
+SELECT DISTINCT ON (r.workspace, r.subject) r.workspace, r.subject, r.id, r.kind, r.band,
+       r.due_at, r.seq
 FROM agent_run r
 WHERE r.state = 'queued'
-  AND NOT EXISTS (SELECT 1 FROM agent_run l WHERE l.subject = r.subject AND l.state = 'leased')
-ORDER BY r.subject, r.seq;
+  AND NOT EXISTS (SELECT 1 FROM agent_run l
+                  WHERE l.workspace = r.workspace AND l.subject = r.subject
+                    AND l.state = 'leased')
+ORDER BY r.workspace, r.subject, r.seq;
 """
 
 

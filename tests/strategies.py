@@ -64,16 +64,16 @@ def runs(draw: st.DrawFn, seq: int, state: AgentRunState | None = None) -> Agent
 
 @st.composite
 def populations(draw: st.DrawFn, max_size: int = 30) -> list[AgentRun]:
-    """Runs with unique ids and queue order, at most one LEASED per subject."""
+    """Runs with unique ids and queue order, at most one LEASED per (workspace, subject)."""
     size = draw(st.integers(min_value=0, max_value=max_size))
     drawn = [draw(runs(seq)) for seq in range(size)]
-    leased: set[str] = set()
+    leased: set[tuple[str, str]] = set()
     population: list[AgentRun] = []
     for run in drawn:
         if run.state is AgentRunState.LEASED:
-            if run.subject in leased:
+            if (run.workspace, run.subject) in leased:
                 continue
-            leased.add(run.subject)
+            leased.add((run.workspace, run.subject))
         population.append(run)
     return population
 

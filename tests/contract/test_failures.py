@@ -32,7 +32,7 @@ from agentruns.domain.errors import (
     UnknownKind,
 )
 from agentruns.domain.failure_records import FailureDetail
-from agentruns.domain.failures import ConfigurationError, FailureClass, ProviderError
+from agentruns.domain.failures import ConfigurationError, FailureClass
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import RunOutcome, TerminationReason
@@ -70,9 +70,9 @@ def failing(kinds: RunKinds) -> RunKinds:
         RunKind(
             policy("overloaded", retry_budget=1),
             overloaded,
-            classifier=lambda error: FailureClass.RATE_LIMITED
-            if isinstance(error, Overloaded)
-            else None,
+            classifier=lambda error: (
+                FailureClass.RATE_LIMITED if isinstance(error, Overloaded) else None
+            ),
         )
     )
     return kinds
@@ -303,9 +303,7 @@ async def test_the_trace_context_is_kept_with_the_run(backend: Backend, runs: Ag
     )
     async with backend.stores.scope.transaction() as tx:
         traced = await backend.stores.runs.insert(tx, replace(new, trace_context=carrier))
-        untraced = await backend.stores.runs.insert(
-            tx, replace(new, id=uuid4(), subject="u")
-        )
+        untraced = await backend.stores.runs.insert(tx, replace(new, id=uuid4(), subject="u"))
     assert (await runs.get(traced.id)).trace_context == carrier
     assert (await runs.get(untraced.id)).trace_context is None
     [claimed] = await runs.claim("w")

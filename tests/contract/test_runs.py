@@ -196,8 +196,8 @@ async def test_a_claim_that_a_budget_holds_rolls_back_and_spends_nothing(
 async def test_claim_subject_leases_only_that_subject_and_those_kinds(runs: AgentRuns) -> None:
     await runs.enqueue("chat", workspace="acme", subject="other")
     await runs.enqueue("review", workspace="acme", subject="mine")
-    assert await runs.claim_subject("sandbox", "mine", kinds=["chat"]) is None
-    claimed = await runs.claim_subject("sandbox", "mine", kinds=["review", "chat"])
+    assert await runs.claim_subject("sandbox", "acme", "mine", kinds=["chat"]) is None
+    claimed = await runs.claim_subject("sandbox", "acme", "mine", kinds=["review", "chat"])
     assert claimed is not None
     assert (claimed.subject, claimed.kind) == ("mine", "review")
 

@@ -117,19 +117,27 @@ class AgentRunsMachine(RuleBasedStateMachine):
         before = {run_id: self.run(self.runs.get(run_id)) for run_id in self.known}
         claimed = self.run(self.runs.claim(holder, limit=limit))
         assert len(claimed) <= limit
-        assert len({run.subject for run in claimed}) == len(claimed)
+        assert len({(run.workspace, run.subject) for run in claimed}) == len(claimed)
         for run in claimed:
             assert before[run.id].state is AgentRunState.QUEUED
             assert run.epoch == before[run.id].epoch + 1
             assert (run.state, run.holder) == (AgentRunState.LEASED, holder)
         return multiple(*(run.fence for run in claimed))
 
-    @rule(target=fences, holder=holders, subject=contended_subjects)
-    def claim_subject(self, holder: str, subject: str) -> MultipleResults[AgentRunFence]:
-        run = self.run(self.runs.claim_subject(holder, subject, kinds=["chat", "review"]))
+    @rule(target=fences, holder=holders, workspace=workspaces, subject=contended_subjects)
+    def claim_subject(
+        self, holder: str, workspace: str, subject: str
+    ) -> MultipleResults[AgentRunFence]:
+        run = self.run(
+            self.runs.claim_subject(holder, workspace, subject, kinds=["chat", "review"])
+        )
         if run is None:
             return multiple()
-        assert (run.subject, run.state) == (subject, AgentRunState.LEASED)
+        assert (run.workspace, run.subject, run.state) == (
+            workspace,
+            subject,
+            AgentRunState.LEASED,
+        )
         assert run.kind in {"chat", "review"}
         return multiple(run.fence)
 
@@ -220,7 +228,11 @@ class AgentRunsMachine(RuleBasedStateMachine):
 
     @invariant()
     def at_most_one_leased_run_per_subject(self) -> None:
-        leased = [run.subject for run in self.everything() if run.state is AgentRunState.LEASED]
+        leased = [
+            (run.workspace, run.subject)
+            for run in self.everything()
+            if run.state is AgentRunState.LEASED
+        ]
         assert len(leased) == len(set(leased)), leased
 
     @invariant()

@@ -67,7 +67,8 @@ async def test_the_enqueue_and_the_runs_claim_steps_and_end_are_one_trace(
     tracer = provider.get_tracer("host")
     with tracer.start_as_current_span("POST /documents") as request:
         run = await runs.enqueue("traced", workspace="acme", subject="doc:1")
-    assert run.trace_context is not None and "traceparent" in run.trace_context
+    assert run.trace_context is not None
+    assert "traceparent" in run.trace_context
     assert await worker.claim_and_drive(1) == 1
 
     spans = exporter.get_finished_spans()
@@ -80,9 +81,11 @@ async def test_the_enqueue_and_the_runs_claim_steps_and_end_are_one_trace(
     [end] = _by_name(spans, "agentruns.end")
     assert enqueue.parent is not None
     assert enqueue.parent.span_id == request.get_span_context().span_id
-    assert attempt.parent is not None and attempt.parent.span_id == enqueue.context.span_id
+    assert attempt.parent is not None
+    assert attempt.parent.span_id == enqueue.context.span_id
     for child in (claim, *steps, end):
-        assert child.parent is not None and child.parent.span_id == attempt.context.span_id
+        assert child.parent is not None
+        assert child.parent.span_id == attempt.context.span_id
     assert [span.attributes["agentruns.step"] for span in steps] == [0, 1]  # type: ignore[index]
     assert attempt.attributes is not None
     assert attempt.attributes["agentruns.run_id"] == str(run.id)

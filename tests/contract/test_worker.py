@@ -327,7 +327,7 @@ async def test_a_host_driving_a_run_itself_gets_the_failure_unchanged(
         band=Band.INTERACTIVE,
         payload={"steps": 1, "fail": 401},
     )
-    leased = await runs.claim_subject("host", "conversation:1", kinds=["chat"])
+    leased = await runs.claim_subject("host", "acme", "conversation:1", kinds=["chat"])
     assert leased is not None
     assert leased.id == run.id
 

@@ -81,14 +81,16 @@ def test_a_failed_run_shows_its_error_and_traceback_and_a_retry_goes_on(postgres
         "failure_class": "auth",
     }
     [failure] = run["failures"]  # type: ignore[misc]
-    assert failure["epoch"] == 1 and failure["attempt"] == 0
+    assert failure["epoch"] == 1
+    assert failure["attempt"] == 0
     assert "in scripted_steps" in failure["traceback"]
 
     table = ok(invoke(postgres_url, "runs", "show", str(failing)))
     for fragment in ("Failed attempts", "ProviderError: provider answered 401", "Traceback"):
         assert fragment in table
 
-    retried = UUID(ok(invoke(postgres_url, "runs", "retry", str(failing), "--kinds", KINDS)).strip())
+    retry = invoke(postgres_url, "runs", "retry", str(failing), "--kinds", KINDS)
+    retried = UUID(ok(retry).strip())
     again = shown(postgres_url, retried)
     assert (again["continues"], again["attempt"], again["state"]) == (str(failing), 1, "queued")
     ok(invoke(postgres_url, "worker", "--kinds", KINDS, "--drain"))
@@ -108,7 +110,8 @@ def test_purge_counts_with_dry_run_and_asks_on_a_terminal(
     kept = enqueue(postgres_url, "--subject", "a")
     gone = enqueue(postgres_url, "--subject", "b")
     ok(invoke(postgres_url, "runs", "cancel", str(gone)))
-    assert "would purge 1 runs" in ok(invoke(postgres_url, "purge", "--older-than", "0", "--dry-run"))
+    dry = invoke(postgres_url, "purge", "--older-than", "0", "--dry-run")
+    assert "would purge 1 runs" in ok(dry)
     assert shown(postgres_url, gone)["state"] == "ended"
 
     monkeypatch.setattr(inspection, "is_terminal", lambda: True)

@@ -104,7 +104,8 @@ def test_db_start_keeps_the_server_for_other_tools_until_db_stop(data: Path) -> 
     started = agentruns(data, "db", "start")
     url = started.stdout.strip()
     assert url.startswith("postgresql://")
-    assert status(data).running and status(data).kept
+    assert status(data).running
+    assert status(data).kept
     assert agentruns(data, "db", "url").stdout.strip() == url
     assert agentruns(data, "db", "upgrade").returncode == 0
     assert status(data).running  # kept: the command that used it did not stop it
@@ -115,7 +116,8 @@ def test_db_start_keeps_the_server_for_other_tools_until_db_stop(data: Path) -> 
     assert not status(data).running
     again = agentruns(data, "db", "url", check=False)
     assert again.returncode == 1
-    assert again.stderr.count("\n") == 1 and "is not running" in again.stderr
+    assert again.stderr.count("\n") == 1
+    assert "is not running" in again.stderr
     assert "was not running" in agentruns(data, "db", "stop").stdout
 
 

@@ -77,7 +77,7 @@ def scenes(draw: st.DrawFn) -> tuple[list[AgentRun], ClaimContext, int]:
         ),
         excluded_workspaces=inactive | held,
         kinds=draw(st.one_of(st.none(), st.just(frozenset({"review"})))),
-        subject=draw(st.one_of(st.none(), st.none(), subjects)),
+        subject=draw(st.one_of(st.none(), st.none(), st.tuples(workspaces, subjects))),
     )
     limit = draw(st.integers(min_value=1, max_value=max(len(population), 1)))
     return population, replace(context, excluded_workspaces=frozenset(inactive | held)), limit

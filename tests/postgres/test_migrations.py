@@ -67,3 +67,43 @@ def test_the_migrated_schema_matches_the_metadata(empty_url: str) -> None:
         if not (difference[0] == "remove_table" and difference[1].name not in metadata.tables)
     ]
     assert ours == []
+
+
+def test_workspace_subjects_split_a_shared_subject_and_recompute_heads(empty_url: str) -> None:
+    """0003 turns one global subject row shared by two workspaces into one row per workspace,
+    each offering its own first queued run; a subject with a leased run offers none."""
+    import psycopg
+
+    migrate(empty_url, "0002_sandboxes")
+    runs = [
+        # (workspace, subject, seq, state)
+        ("acme", "pr:1", 1, "queued"),
+        ("globex", "pr:1", 2, "queued"),
+        ("acme", "pr:1", 3, "queued"),
+        ("acme", "pr:2", 4, "leased"),
+        ("acme", "pr:2", 5, "queued"),
+    ]
+    with psycopg.connect(empty_url, autocommit=True) as connection:
+        for workspace, subject, seq, state in runs:
+            # Rows go in queued, as the guard demands, and a claim then leases one.
+            connection.execute(
+                "INSERT INTO agent_run (id, kind, workspace, subject, band, payload, state, "
+                "epoch, attempt, seq, enqueued_at, due_at, lease) VALUES (gen_random_uuid(), "
+                "'chat', %s, %s, 1, '{}', 'queued', 0, 0, %s, now(), now(), '30 seconds')",
+                (workspace, subject, seq),
+            )
+            if state == "leased":
+                connection.execute(
+                    "UPDATE agent_run SET state = 'leased', epoch = 1, holder = 'w', "
+                    "leased_until = now() + interval '30 seconds' WHERE seq = %s",
+                    (seq,),
+                )
+
+    migrate(empty_url, "0003_workspace_subjects")
+
+    with psycopg.connect(empty_url) as connection:
+        heads = connection.execute(
+            "SELECT s.workspace, s.subject, r.seq FROM agent_subject s "
+            "LEFT JOIN agent_run r ON r.id = s.head_run ORDER BY 1, 2"
+        ).fetchall()
+    assert heads == [("acme", "pr:1", 1), ("acme", "pr:2", None), ("globex", "pr:1", 2)]

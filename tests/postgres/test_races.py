@@ -101,8 +101,8 @@ async def test_concurrent_claimers_take_every_due_run_exactly_once_one_per_subje
         )
         for _ in range(120)
     ]
-    claims: list[tuple[UUID, int, str]] = []
-    leased_now: dict[str, UUID] = {}
+    claims: list[tuple[UUID, int, tuple[str, str]]] = []
+    leased_now: dict[tuple[str, str], UUID] = {}
     violations: list[str] = []
 
     async def claimer(name: str, mine: Side) -> None:
@@ -112,13 +112,14 @@ async def test_concurrent_claimers_take_every_due_run_exactly_once_one_per_subje
                     tx, ClaimRequest(holder=name, limit=rng.randint(1, 3))
                 )
             for run in batch:
-                if run.subject in leased_now:
-                    violations.append(f"{run.subject} leased twice at once")
-                leased_now[run.subject] = run.id
-                claims.append((run.id, run.epoch, run.subject))
+                key = (run.workspace, run.subject)
+                if key in leased_now:
+                    violations.append(f"{key} leased twice at once")
+                leased_now[key] = run.id
+                claims.append((run.id, run.epoch, key))
             await asyncio.sleep(0)  # let the other claimers run while these are held
             for run in batch:
-                del leased_now[run.subject]
+                del leased_now[(run.workspace, run.subject)]
                 async with mine.db.transaction() as tx:
                     await mine.runs.end(tx, run.id, TerminationReason.COMPLETED, run.fence)
 
@@ -129,11 +130,11 @@ async def test_concurrent_claimers_take_every_due_run_exactly_once_one_per_subje
     assert violations == []
     assert sorted(run_id for run_id, _, _ in claims) == sorted(run.id for run in enqueued)
     assert len(set(claims)) == len(claims)
-    by_subject: defaultdict[str, list[UUID]] = defaultdict(list)
-    for run_id, _, subject in claims:
-        by_subject[subject].append(run_id)
-    for subject, claimed in by_subject.items():
-        assert claimed == [run.id for run in enqueued if run.subject == subject], subject
+    by_subject: defaultdict[tuple[str, str], list[UUID]] = defaultdict(list)
+    for run_id, _, key in claims:
+        by_subject[key].append(run_id)
+    for key, claimed in by_subject.items():
+        assert claimed == [run.id for run in enqueued if (run.workspace, run.subject) == key], key
 
 
 async def test_a_renewal_that_commits_first_wins_and_the_take_back_writes_nothing(

@@ -68,9 +68,11 @@ def test_the_claim_order_is_a_total_order(population: list[AgentRun], now: datet
 @given(populations(), instants)
 def test_a_subject_never_yields_two_candidates(population: list[AgentRun], now: datetime) -> None:
     order = claim_order(population, _context(population, now))
-    subjects = [run.subject for run in order]
+    subjects = [(run.workspace, run.subject) for run in order]
     assert len(subjects) == len(set(subjects))
-    leased_subjects = {r.subject for r in population if r.state is AgentRunState.LEASED}
+    leased_subjects = {
+        (r.workspace, r.subject) for r in population if r.state is AgentRunState.LEASED
+    }
     assert not leased_subjects & set(subjects)
 
 
@@ -81,7 +83,7 @@ def test_a_subject_is_claimed_in_queue_order(population: list[AgentRun], now: da
         earlier = [
             other
             for other in population
-            if other.subject == run.subject
+            if (other.workspace, other.subject) == (run.workspace, run.subject)
             and other.state is AgentRunState.QUEUED
             and other.seq < run.seq
         ]

@@ -83,7 +83,7 @@ async def test_without_a_gateway_url_sandboxes_are_served_but_never_created() ->
         await built.sandboxes().ensure("coder", workspace="ws", subject="s")
     assert claims.bodies == {}
     async with built.stores().scope.transaction() as tx:
-        assert await built.sandbox_store().live_of_subject(tx, "s") is None
+        assert await built.sandbox_store().live_of_subject(tx, "ws", "s") is None
 
 
 @pytest.mark.parametrize(

@@ -127,14 +127,10 @@ def test_a_status_that_is_not_http_is_not_read_as_one() -> None:
 
 
 def test_an_sdk_error_wrapped_by_the_host_is_found_through_its_cause() -> None:
-    try:
-        try:
-            raise RateLimitError("slow down", 429, {"retry-after": "7"})
-        except RateLimitError as error:
-            raise RuntimeError("summarising failed") from error
-    except RuntimeError as wrapped:
-        assert classify(wrapped) is F.RATE_LIMITED
-        assert retry_after_of(wrapped) == 7.0
+    wrapped = RuntimeError("summarising failed")
+    wrapped.__cause__ = RateLimitError("slow down", 429, {"retry-after": "7"})
+    assert classify(wrapped) is F.RATE_LIMITED
+    assert retry_after_of(wrapped) == 7.0
 
 
 @pytest.mark.parametrize(
@@ -157,9 +153,8 @@ def test_retry_after_is_read_from_the_attribute_or_the_response_headers(
 
 
 def test_retry_after_of_a_fallback_chain_is_its_most_recent_attempts() -> None:
-    chain = FallbackChainExhausted(
-        [ProviderError("a", status=429, retry_after=99), RateLimitError("b", 429, {"retry-after": "4"})]
-    )
+    latest = RateLimitError("b", 429, {"retry-after": "4"})
+    chain = FallbackChainExhausted([ProviderError("a", status=429, retry_after=99), latest])
     assert retry_after_of(chain) == 4.0
 
 

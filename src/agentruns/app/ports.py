@@ -20,6 +20,7 @@ from typing import Protocol
 from uuid import UUID
 
 from agentruns.domain.bands import Band
+from agentruns.domain.claim_order import SubjectKey
 from agentruns.domain.errors import AgentRunsError
 from agentruns.domain.failure_records import FailureDetail, FailureRecord
 from agentruns.domain.payload import JsonObject
@@ -87,13 +88,13 @@ class ClaimRequest:
     """What a claimer asks for: up to ``limit`` runs, at most one per subject, in claim order.
 
     ``kinds`` restricts the kinds offered (``None``: every kind); ``subject`` restricts the claim
-    to one subject (a sandbox's ``claim_subject``).
+    to one subject, named within its workspace (a sandbox's ``claim_subject``).
     """
 
     holder: str
     limit: int = 1
     kinds: Sequence[str] | None = None
-    subject: str | None = None
+    subject: SubjectKey | None = None
     band_aging: timedelta = timedelta(minutes=10)
 
 

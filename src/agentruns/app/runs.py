@@ -150,17 +150,20 @@ class AgentRuns:
     async def claim_subject(
         self,
         holder: str,
+        workspace: str,
         subject: str,
         *,
         kinds: Sequence[str],
         tx: Transaction | None = None,
     ) -> AgentRun | None:
-        """Lease the subject's next due run of the given kinds (for a sandbox), or ``None``."""
+        """Lease the next due run of the given kinds on ``subject`` of ``workspace`` (for a
+        sandbox), or ``None``. Another workspace's runs on the same subject string are never
+        offered: a subject is named within its workspace."""
         request = ClaimRequest(
             holder=_name(holder, "holder"),
             limit=1,
             kinds=self._known(kinds),
-            subject=_name(subject, "subject"),
+            subject=(_name(workspace, "workspace"), _name(subject, "subject")),
             band_aging=self._band_aging,
         )
         claimed = await self._claim(request, tx)

@@ -102,12 +102,17 @@ class SandboxStore(Protocol):
 
     async def insert(self, tx: Transaction, sandbox: AgentSandbox) -> AgentSandbox | None:
         """Insert a REQUESTED row; ``None`` (nothing written) when its subject already has a live
-        sandbox (the partial unique index ``uq_agent_sandbox_live_subject``)."""
+        sandbox (the partial unique index ``uq_agent_sandbox_live_subject``, on workspace and
+        subject)."""
         ...
 
     async def get(self, tx: Transaction, sandbox_id: UUID) -> AgentSandbox | None: ...
 
-    async def live_of_subject(self, tx: Transaction, subject: str) -> AgentSandbox | None: ...
+    async def live_of_subject(
+        self, tx: Transaction, workspace: str, subject: str
+    ) -> AgentSandbox | None:
+        """The live sandbox of ``subject`` in ``workspace`` (subjects are named per workspace)."""
+        ...
 
     async def lock_live(self, tx: Transaction, sandbox_id: UUID) -> AgentSandbox | None:
         """Read and lock the sandbox until the transaction ends, if it is live and before its

@@ -128,7 +128,7 @@ class AgentSandboxes:
             raise SandboxError("no gateway URL to hand a new sandbox: this process creates none")
         async with self._scope.transaction() as tx:
             now = await self._store.now(tx)
-            live = await self._store.live_of_subject(tx, subject)
+            live = await self._store.live_of_subject(tx, workspace, subject)
             if live is not None and usable(live, now):
                 return live
             if live is not None:  # past its shutdown, not reaped yet: make way for a new one
@@ -149,7 +149,7 @@ class AgentSandboxes:
             )
             inserted = await self._store.insert(tx, row)
             if inserted is None:  # another ensure won the subject meanwhile
-                winner = await self._store.live_of_subject(tx, subject)
+                winner = await self._store.live_of_subject(tx, workspace, subject)
                 if winner is None:
                     raise SandboxError(f"subject {subject!r} has no live sandbox after a conflict")
                 return winner
@@ -210,7 +210,11 @@ class AgentSandboxes:
             if not drives:
                 return None
             run = await runs.claim_subject(
-                holder_of(sandbox), sandbox.subject, kinds=list(drives), tx=tx
+                holder_of(sandbox),
+                sandbox.workspace,
+                sandbox.subject,
+                kinds=list(drives),
+                tx=tx,
             )
             if run is not None:
                 await self._store.touch(tx, sandbox.id)
@@ -243,6 +247,11 @@ async def _own_fence(
 ) -> AgentRunFence:
     """The fence of a run this sandbox leased; a run it does not hold is a lost lease to it."""
     run = await runs.stores.runs.get(tx, run_id)
-    if run is None or run.subject != sandbox.subject or run.holder != holder_of(sandbox):
+    if (
+        run is None
+        or run.workspace != sandbox.workspace
+        or run.subject != sandbox.subject
+        or run.holder != holder_of(sandbox)
+    ):
         raise StaleEpoch(f"run {run_id} is not held by sandbox {sandbox.id}")
     return AgentRunFence(run_id, sandbox.workspace, epoch)

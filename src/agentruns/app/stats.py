@@ -14,6 +14,7 @@ from typing import Protocol
 
 from agentruns.app.ports import BudgetHold, Transaction
 from agentruns.domain.bands import Band
+from agentruns.domain.claim_order import SubjectKey
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
@@ -134,8 +135,9 @@ class RunStats(Protocol):
         purge with that retention would delete."""
         ...
 
-    async def doubly_leased_subjects(self, tx: Transaction) -> list[str]:
-        """Subjects with more than one LEASED run: always empty, or an invariant broke."""
+    async def doubly_leased_subjects(self, tx: Transaction) -> list[SubjectKey]:
+        """Subjects (workspace, subject) with more than one LEASED run: always empty, or an
+        invariant broke."""
         ...
 
     async def unsettled(self, tx: Transaction) -> int:

@@ -1,5 +1,8 @@
 """The claim order, as one pure function the SQL claim must agree with.
 
+A subject is named within its workspace: (workspace, subject) is its identity, so two workspaces
+that use the same subject string never see or block each other's runs.
+
 Offered are the subject heads: for each subject with no LEASED run, its QUEUED run first in queue
 order, if that run is due and its workspace is active and not under a budget hold. A subject's
 later runs wait behind its head, so a subject's runs are claimed in the order they were queued.
@@ -22,6 +25,12 @@ from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
 
 ClaimKey = tuple[int, int, datetime, int]
+SubjectKey = tuple[str, str]
+"""A subject's identity: (workspace, subject)."""
+
+
+def subject_key(run: AgentRun) -> SubjectKey:
+    return (run.workspace, run.subject)
 
 
 @dataclass(frozen=True, slots=True)
@@ -33,20 +42,21 @@ class ClaimContext:
     leased_per_workspace: Mapping[str, int]
     excluded_workspaces: Set[str] = frozenset()
     kinds: Set[str] | None = None
-    subject: str | None = None
+    subject: SubjectKey | None = None
 
 
 def subject_heads(runs: Iterable[AgentRun]) -> list[AgentRun]:
     """Per subject with no LEASED run, its first QUEUED run in queue order."""
-    leased_subjects: set[str] = set()
-    heads: dict[str, AgentRun] = {}
+    leased_subjects: set[SubjectKey] = set()
+    heads: dict[SubjectKey, AgentRun] = {}
     for run in runs:
+        key = subject_key(run)
         if run.state is AgentRunState.LEASED:
-            leased_subjects.add(run.subject)
+            leased_subjects.add(key)
         elif run.state is AgentRunState.QUEUED:
-            head = heads.get(run.subject)
+            head = heads.get(key)
             if head is None or run.seq < head.seq:
-                heads[run.subject] = run
+                heads[key] = run
     return [run for subject, run in heads.items() if subject not in leased_subjects]
 
 
@@ -58,7 +68,7 @@ def is_offered(run: AgentRun, context: ClaimContext) -> bool:
         run.due_at <= context.now
         and run.workspace not in context.excluded_workspaces
         and (context.kinds is None or run.kind in context.kinds)
-        and (context.subject is None or run.subject == context.subject)
+        and (context.subject is None or subject_key(run) == context.subject)
     )
 
 

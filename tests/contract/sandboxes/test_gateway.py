@@ -242,3 +242,29 @@ async def test_a_sandbox_that_only_polls_is_ready_but_never_used(
     assert row.state is SandboxState.READY
     assert row.ready_at == START
     assert row.last_used_at is None
+
+
+async def test_a_sandbox_never_gets_another_workspaces_run_on_its_subject_string(
+    world: World, http: httpx.AsyncClient
+) -> None:
+    """acme's token on /next gets 204 while only globex has a run on the same subject string,
+    then acme's own run; globex's run waits for globex's sandbox, which gets it."""
+    acme = await world.sandboxes.ensure("coder", workspace="acme", subject="pull-request:42")
+    acme_token = await world.token_of(acme)
+    theirs = await world.runs.enqueue(
+        "code", workspace="globex", subject="pull-request:42", payload={"secret": "globex"}
+    )
+
+    nothing = await http.post("/internal/agent/next", headers=bearer(acme_token))
+    assert nothing.status_code == 204
+
+    mine = await world.runs.enqueue("code", workspace="acme", subject="pull-request:42")
+    leased = await http.post("/internal/agent/next", headers=bearer(acme_token))
+    assert leased.status_code == 200
+    assert leased.json()["run"]["id"] == str(mine.id)
+
+    globex = await world.sandboxes.ensure("coder", workspace="globex", subject="pull-request:42")
+    assert globex.id != acme.id
+    got = await http.post("/internal/agent/next", headers=bearer(await world.token_of(globex)))
+    assert got.status_code == 200
+    assert got.json()["run"]["id"] == str(theirs.id)

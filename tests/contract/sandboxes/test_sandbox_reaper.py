@@ -202,7 +202,7 @@ async def test_the_reaper_leaves_a_sandbox_alone_while_a_call_holds_it(world: Wo
         reaping = asyncio.create_task(world.reaper.tick())
         await asyncio.sleep(0)
         leased = await world.runs.claim_subject(
-            f"sandbox:{held.id}", "task:1", kinds=["code"], tx=tx
+            f"sandbox:{held.id}", "ws", "task:1", kinds=["code"], tx=tx
         )
         assert leased is not None
         await world.store.touch(tx, held.id)

@@ -248,3 +248,12 @@ async def test_concurrent_ensures_of_a_subject_make_one_sandbox(world: World) ->
     results = await asyncio.gather(*(ensure_coder(world) for _ in range(4)))
     assert len({sandbox.id for sandbox in results}) == 1
     assert world.cluster.names() == {results[0].claim_name}
+
+
+async def test_two_workspaces_on_one_subject_string_have_two_sandboxes(world: World) -> None:
+    """ensure for globex on acme's subject string creates globex's own sandbox."""
+    acme = await world.sandboxes.ensure("coder", workspace="acme", subject="pull-request:42")
+    globex = await world.sandboxes.ensure("coder", workspace="globex", subject="pull-request:42")
+    assert globex.id != acme.id
+    assert (globex.workspace, acme.workspace) == ("globex", "acme")
+    assert world.cluster.names() == {acme.claim_name, globex.claim_name}

@@ -40,9 +40,9 @@ class MemorySandboxStore(SandboxStore):
         self._database.check(tx)
         return self._clock.now()
 
-    def _live_of_subject(self, subject: str) -> AgentSandbox | None:
+    def _live_of_subject(self, workspace: str, subject: str) -> AgentSandbox | None:
         for sandbox in self.rows.values():
-            if sandbox.subject == subject and sandbox.is_live:
+            if sandbox.workspace == workspace and sandbox.subject == subject and sandbox.is_live:
                 return sandbox
         return None
 
@@ -58,7 +58,7 @@ class MemorySandboxStore(SandboxStore):
             raise IllegalTransition(None, sandbox.state, "a sandbox starts REQUESTED")
         if sandbox.id in {row.id for row in self.rows.values()}:
             raise IllegalTransition(None, sandbox.state, f"sandbox {sandbox.id} exists")
-        if self._live_of_subject(sandbox.subject) is not None:
+        if self._live_of_subject(sandbox.workspace, sandbox.subject) is not None:
             return None
         self.rows.put(tx, sandbox.id, sandbox)
         return sandbox
@@ -67,9 +67,11 @@ class MemorySandboxStore(SandboxStore):
         self._database.check(tx)
         return self.rows.get(sandbox_id)
 
-    async def live_of_subject(self, tx: Transaction, subject: str) -> AgentSandbox | None:
+    async def live_of_subject(
+        self, tx: Transaction, workspace: str, subject: str
+    ) -> AgentSandbox | None:
         self._database.check(tx)
-        return self._live_of_subject(subject)
+        return self._live_of_subject(workspace, subject)
 
     async def lock_live(self, tx: Transaction, sandbox_id: UUID) -> AgentSandbox | None:
         self._database.check(tx)
@@ -106,13 +108,20 @@ class MemorySandboxStore(SandboxStore):
     ) -> list[AgentSandbox]:
         self._database.check(tx)
         now = self._clock.now()
-        working = {run.subject for run in self._runs.rows.values() if run.state in _WORKING}
+        working = {
+            (run.workspace, run.subject)
+            for run in self._runs.rows.values()
+            if run.state in _WORKING
+        }
         taken: list[AgentSandbox] = []
         for sandbox in sorted(self.rows.values(), key=lambda row: row.requested_at):
             if len(taken) >= limit:
                 break
             cause = take_back_cause(
-                sandbox, now, timings, subject_has_work=sandbox.subject in working
+                sandbox,
+                now,
+                timings,
+                subject_has_work=(sandbox.workspace, sandbox.subject) in working,
             )
             if cause is not None:
                 after = mark_deleting(sandbox)

@@ -10,6 +10,7 @@ from agentruns.adapters.memory.runs import MemoryRunStore
 from agentruns.adapters.memory.workspaces import MemoryWorkspaceStore
 from agentruns.app.ports import Clock, Transaction
 from agentruns.app.stats import ExpiredLeases, RunStats, RunStatus, count_runs
+from agentruns.domain.claim_order import SubjectKey, subject_key
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
 
@@ -73,8 +74,10 @@ class MemoryRunStats(RunStats):
             if (state is None or run.state is state) and (holder is None or run.holder == holder)
         ][:limit]
 
-    async def doubly_leased_subjects(self, tx: Transaction) -> list[str]:
-        leased = Counter(run.subject for run in self._all(tx) if run.state is AgentRunState.LEASED)
+    async def doubly_leased_subjects(self, tx: Transaction) -> list[SubjectKey]:
+        leased = Counter(
+            subject_key(run) for run in self._all(tx) if run.state is AgentRunState.LEASED
+        )
         return sorted(subject for subject, count in leased.items() if count > 1)
 
     async def unsettled(self, tx: Transaction) -> int:

@@ -203,7 +203,14 @@ class PostgresRunStore(RunStore):
         )
         if request.subject is not None:
             rows = await fetch(
-                tx, sql.CLAIM_SUBJECT, {**params, "subject": request.subject, "limit": 1}
+                tx,
+                sql.CLAIM_SUBJECT,
+                {
+                    **params,
+                    "workspace": request.subject[0],
+                    "subject": request.subject[1],
+                    "limit": 1,
+                },
             )
             return [run_from_row(row) for row in rows if row["id"] is not None]
         claimed: list[RowMapping] = []

@@ -33,14 +33,15 @@ INSERT INTO agent_sandbox (id, kind, workspace, subject, state, requested_at, sh
                            claim_name, conversation)
 VALUES (:id, :kind, :workspace, :subject, 'requested', :requested_at, :shutdown_at,
         :claim_name, :conversation)
-ON CONFLICT (subject) WHERE {_LIVE} DO NOTHING
+ON CONFLICT (workspace, subject) WHERE {_LIVE} DO NOTHING
 RETURNING {SANDBOX_COLUMNS}
 """)
 
 GET = _stmt(f"SELECT {SANDBOX_COLUMNS} FROM agent_sandbox WHERE id = :id")
 
 LIVE_OF_SUBJECT = _stmt(
-    f"SELECT {SANDBOX_COLUMNS} FROM agent_sandbox WHERE subject = :subject AND {_LIVE}"
+    f"SELECT {SANDBOX_COLUMNS} FROM agent_sandbox "
+    f"WHERE workspace = :workspace AND subject = :subject AND {_LIVE}"
 )
 
 # Held until the caller's transaction ends: the reaper's take-back skips a locked row, and one
@@ -82,9 +83,11 @@ due AS (
            OR (s.state = 'requested'
                AND s.requested_at + CAST(:start AS interval) <= clock.now)
            OR (NOT EXISTS (SELECT 1 FROM agent_run r
-                           WHERE r.subject = s.subject AND r.state = 'queued')
+                           WHERE r.workspace = s.workspace AND r.subject = s.subject
+                             AND r.state = 'queued')
                AND NOT EXISTS (SELECT 1 FROM agent_run r
-                               WHERE r.subject = s.subject AND r.state = 'leased')
+                               WHERE r.workspace = s.workspace AND r.subject = s.subject
+                                 AND r.state = 'leased')
                AND COALESCE(s.last_used_at, s.ready_at, s.requested_at)
                    + CASE WHEN s.conversation THEN CAST(:conversation_idle AS interval)
                           ELSE CAST(:idle AS interval) END <= clock.now))

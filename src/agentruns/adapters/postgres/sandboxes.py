@@ -73,8 +73,10 @@ class PostgresSandboxStore(SandboxStore):
     async def get(self, tx: Transaction, sandbox_id: UUID) -> AgentSandbox | None:
         return await self._one(tx, sql.GET, id=sandbox_id)
 
-    async def live_of_subject(self, tx: Transaction, subject: str) -> AgentSandbox | None:
-        return await self._one(tx, sql.LIVE_OF_SUBJECT, subject=subject)
+    async def live_of_subject(
+        self, tx: Transaction, workspace: str, subject: str
+    ) -> AgentSandbox | None:
+        return await self._one(tx, sql.LIVE_OF_SUBJECT, workspace=workspace, subject=subject)
 
     async def lock_live(self, tx: Transaction, sandbox_id: UUID) -> AgentSandbox | None:
         return await self._one(tx, sql.LOCK_LIVE, id=sandbox_id)

@@ -85,13 +85,21 @@ agent_run = Table(
 _QUEUED = text("state = 'queued'")
 _LEASED = text("state = 'leased'")
 
+# A subject is named within its workspace (migrations/versions/0003_workspace_subjects.py).
 Index(
     "uq_agent_run_leased_subject",
+    agent_run.c.workspace,
     agent_run.c.subject,
     unique=True,
     postgresql_where=_LEASED,
 )
-Index("ix_agent_run_queued_subject", agent_run.c.subject, agent_run.c.seq, postgresql_where=_QUEUED)
+Index(
+    "ix_agent_run_queued_subject",
+    agent_run.c.workspace,
+    agent_run.c.subject,
+    agent_run.c.seq,
+    postgresql_where=_QUEUED,
+)
 Index("ix_agent_run_leased_workspace", agent_run.c.workspace, postgresql_where=_LEASED)
 Index("ix_agent_run_lease_expiry", agent_run.c.leased_until, postgresql_where=_LEASED)
 Index(
@@ -107,9 +115,9 @@ Index("ix_agent_run_ended_at", agent_run.c.ended_at, postgresql_where=text("stat
 agent_subject = Table(
     "agent_subject",
     metadata,
+    Column("workspace", Text, primary_key=True),
     Column("subject", Text, primary_key=True),
     Column("head_run", UUID(as_uuid=True)),
-    Column("head_workspace", Text),
     Column("head_kind", Text),
     Column("head_band", SmallInteger),
     Column("head_due_at", TZ),
@@ -117,7 +125,7 @@ agent_subject = Table(
 )
 Index(
     "ix_agent_subject_offered",
-    agent_subject.c.head_workspace,
+    agent_subject.c.workspace,
     agent_subject.c.head_band,
     agent_subject.c.head_due_at,
     agent_subject.c.head_seq,
@@ -201,6 +209,7 @@ agent_sandbox = Table(
 )
 Index(
     "uq_agent_sandbox_live_subject",
+    agent_sandbox.c.workspace,
     agent_sandbox.c.subject,
     unique=True,
     postgresql_where=text("state IN ('requested', 'ready')"),

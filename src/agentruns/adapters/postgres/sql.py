@@ -209,7 +209,7 @@ def _offered_heads(workspace: str, band: str, limit: str) -> str:
     return f"""
         SELECT s.subject, s.head_run, s.head_band, s.head_due_at, s.head_seq
         FROM agent_subject s
-        WHERE s.head_run IS NOT NULL AND s.head_workspace = {workspace} AND s.head_band = {band}
+        WHERE s.head_run IS NOT NULL AND s.workspace = {workspace} AND s.head_band = {band}
           AND s.head_due_at <= clock.now AND {_KINDS.format(kind="s.head_kind")}
         ORDER BY s.head_due_at, s.head_seq LIMIT {limit}"""
 
@@ -274,7 +274,7 @@ candidates AS (
     CROSS JOIN LATERAL ({_offered_heads("w.workspace", "b.band", ":pool")}) c
 ),
 ranked AS (
-    SELECT subject, head_run, eb, due_at, seq,
+    SELECT workspace, subject, head_run, eb, due_at, seq,
            leased + row_number() OVER (PARTITION BY workspace ORDER BY eb, due_at, seq) - 1
                AS load
     FROM candidates
@@ -285,7 +285,7 @@ top AS MATERIALIZED (
 picked AS (
     SELECT r.id, k.eb AS claim_band, k.load AS claim_load
     FROM top k
-    JOIN agent_subject s ON s.subject = k.subject
+    JOIN agent_subject s ON s.workspace = k.workspace AND s.subject = k.subject
     JOIN agent_run r ON r.id = s.head_run
     WHERE s.head_run = k.head_run AND r.state = 'queued'
     ORDER BY k.eb, k.load, k.due_at, k.seq
@@ -304,7 +304,8 @@ picked AS (
     JOIN agent_run r ON r.id = s.head_run
     JOIN agent_workspace w ON w.id = r.workspace
     CROSS JOIN clock
-    WHERE s.subject = :subject AND r.state = 'queued' AND r.due_at <= clock.now
+    WHERE s.workspace = :workspace AND s.subject = :subject
+      AND r.state = 'queued' AND r.due_at <= clock.now
       AND w.active AND {_KINDS.format(kind="r.kind")}
       AND NOT EXISTS (
           SELECT 1 FROM agent_budget_hold h WHERE h.workspace = w.id AND h.until > clock.now)

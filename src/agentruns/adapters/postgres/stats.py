@@ -17,6 +17,7 @@ from agentruns.adapters.postgres.sql import NOW, RUN_COLUMNS
 from agentruns.app.ports import BudgetHold, Transaction
 from agentruns.app.stats import ExpiredLeases, RunCount, RunStats, RunStatus
 from agentruns.domain.bands import Band
+from agentruns.domain.claim_order import SubjectKey
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
@@ -60,8 +61,8 @@ ORDER BY seq LIMIT :limit
 """)
 
 DOUBLY_LEASED = text("""
-SELECT subject FROM agent_run WHERE state = 'leased'
-GROUP BY subject HAVING count(*) > 1 ORDER BY subject
+SELECT workspace, subject FROM agent_run WHERE state = 'leased'
+GROUP BY workspace, subject HAVING count(*) > 1 ORDER BY workspace, subject
 """)
 
 UNSETTLED = text("""
@@ -127,8 +128,8 @@ class PostgresRunStats(RunStats):
         params = {"state": None if state is None else str(state), "holder": holder, "limit": limit}
         return [run_from_row(row) for row in await fetch(tx, LIST_RUNS, params)]
 
-    async def doubly_leased_subjects(self, tx: Transaction) -> list[str]:
-        return [row["subject"] for row in await fetch(tx, DOUBLY_LEASED, {})]
+    async def doubly_leased_subjects(self, tx: Transaction) -> list[SubjectKey]:
+        return [(row["workspace"], row["subject"]) for row in await fetch(tx, DOUBLY_LEASED, {})]
 
     async def unsettled(self, tx: Transaction) -> int:
         rows = await fetch(tx, UNSETTLED, {})

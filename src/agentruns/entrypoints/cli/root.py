@@ -24,8 +24,12 @@ from agentruns.entrypoints.logs import LogFormat, configure_logging
 _err = Console(stderr=True, highlight=False, soft_wrap=True)
 
 # The parser's error root, whichever click typer runs on (its own copy, or click itself).
-_PARSER_ERRORS = tuple(c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException")
-_USAGE_ERRORS = tuple(c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError")
+_PARSER_ERRORS: tuple[type[Exception], ...] = tuple(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "ClickException"
+)
+_USAGE_ERRORS: tuple[type[Exception], ...] = tuple(
+    c for c in typer.BadParameter.__mro__ if c.__name__ == "UsageError"
+)
 
 
 class OneLineErrors(TyperGroup):

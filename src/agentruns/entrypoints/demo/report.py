@@ -7,6 +7,7 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 
 from agentruns.app.stats import RunStatus
+from agentruns.domain.claim_order import SubjectKey
 from agentruns.domain.run import AgentRunFence
 from agentruns.domain.states import AgentRunState
 
@@ -43,7 +44,7 @@ class DemoReport:
     zombie_refused: int
     zombie_accepted: int
     samples: int
-    doubly_leased: set[str]
+    doubly_leased: set[SubjectKey]
     leased_share: dict[str, float]
     contended_share: dict[str, float]
     run_share: dict[str, float]

@@ -17,6 +17,7 @@ from datetime import timedelta
 from agentruns.app.ports import BudgetHold, TransactionScope
 from agentruns.app.runs import AgentRuns
 from agentruns.app.stats import RunStats, RunStatus
+from agentruns.domain.claim_order import SubjectKey
 from agentruns.domain.errors import AgentRunsError
 from agentruns.domain.run import AgentRunFence
 from agentruns.domain.states import AgentRunState
@@ -79,7 +80,7 @@ class DemoConductor:
         killed: str | None = None
         kill_moment = 0.0
         orphans: list[Orphan] = []
-        doubly: set[str] = set()
+        doubly: set[SubjectKey] = set()
         leased_samples: Counter[str] = Counter()
         contended_samples: Counter[str] = Counter()
         samples = 0
