@@ -12,9 +12,11 @@ from __future__ import annotations
 import random
 from datetime import timedelta
 from http import HTTPStatus
+from pathlib import Path
 
 import pytest
 
+from agentruns.app.kinds import RunKind
 from agentruns.domain.backoff import Backoff
 from agentruns.domain.failures import (
     ClassifiedFailure,
@@ -188,3 +190,23 @@ def test_a_kinds_classifier_is_asked_first_and_may_leave_an_error_to_the_default
     asked = RateLimitError("slow", 429, {"retry-after": "5"})
     assert classify_failure(asked, classifier) == ClassifiedFailure(F.RATE_LIMITED, 5.0)
     assert classify_failure(QuotaExceeded("out of credit")) == ClassifiedFailure(F.UNKNOWN)
+
+
+def test_the_documented_kind_classifier_works_as_the_page_says() -> None:
+    """docs/failures.md's example, executed: a quota is final, a 529 waits 30 s, the rest are
+    left to the defaults."""
+    page = (Path(__file__).resolve().parents[2] / "docs" / "failures.md").read_text()
+    source = page.split("```python\n", 1)[1].split("```", 1)[0]
+    namespace: dict[str, object] = {}
+    exec(compile(source, "docs/failures.md", "exec"), namespace)
+    kind = namespace["SUMMARISE"]
+    assert isinstance(kind, RunKind)
+    quota = namespace["QuotaExceeded"]
+    assert isinstance(quota, type)
+    assert kind.classify(quota("spent")) == ClassifiedFailure(F.CONFIGURATION)
+    assert kind.classify(APIStatusError("overloaded", 529)) == ClassifiedFailure(
+        F.RATE_LIMITED, 30.0
+    )
+    assert kind.classify(RateLimitError("slow", 429, {"retry-after": "2"})) == ClassifiedFailure(
+        F.RATE_LIMITED, 2.0
+    )

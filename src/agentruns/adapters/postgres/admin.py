@@ -43,7 +43,9 @@ def _masked(url: str) -> str:
 def shown_url(url: str) -> str:
     """The URL with its password hidden, for a command to print (StoreUnavailable if it is not
     a PostgreSQL URL)."""
-    return make_url(_parsed(url)).render_as_string(hide_password=True)
+    parsed = make_url(_parsed(url))
+    # An empty password (the embedded server's) is shown as it is: there is nothing to hide.
+    return parsed.render_as_string(hide_password=bool(parsed.password))
 
 
 def with_database(url: str, name: str) -> str:
