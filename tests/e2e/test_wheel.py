@@ -17,6 +17,8 @@ from uuid import UUID
 
 import pytest
 
+from agentruns.adapters.embedded import shutdown, status
+
 ROOT = Path(__file__).resolve().parents[2]
 README = ROOT / "README.md"
 
@@ -27,7 +29,8 @@ def readme_session() -> tuple[str, str]:
     section = text.split("## Try it from the command line", 1)[1].split("\n## ", 1)[0]
     kinds = re.search(r"```python\n(.*?)```", section, re.S)
     lines = re.search(r"```sh\n(.*?)```", section, re.S)
-    assert kinds is not None and lines is not None, "the README lost its session"
+    assert kinds is not None, "the README lost its kinds module"
+    assert lines is not None, "the README lost its command lines"
     return kinds.group(1), lines.group(1)
 
 
@@ -72,14 +75,19 @@ def test_the_wheel_installs_and_the_readme_session_runs_as_written(
     }
     env["PATH"] = f"{env_dir / 'bin'}{os.pathsep}{env['PATH']}"
     env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
-    done = subprocess.run(
-        ["bash", "-euo", "pipefail", "-c", script],
-        cwd=project,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=900,
-    )
+    try:
+        done = subprocess.run(
+            ["bash", "-euo", "pipefail", "-c", script],
+            cwd=project,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=900,
+        )
+    finally:
+        # A session that failed before its `db stop` leaves no server running.
+        if status(project / ".agentruns" / "pgdata").running:
+            shutdown(project / ".agentruns" / "pgdata")
     out = done.stdout
     assert done.returncode == 0, f"{out}\n{done.stderr[-5000:]}"
     assert "Traceback" not in out
