@@ -10,7 +10,8 @@ run (``ON DELETE CASCADE``, so ``purge`` takes it too). The run carries its newe
 record while the run is still leased (ADRs/0014), so a list of runs needs no join. The run also
 keeps the trace context of its enqueuer (``trace_context``: the W3C carrier, or NULL) and
 whether its kind kept a domain row when it was enqueued (``domain_row``). Every column is
-nullable or has a constant default: adding them rewrites no row.
+nullable or has a constant default: adding them rewrites no row. ``ix_agent_run_continues``
+(partial: only continuations have entries) lets ``runs retry`` find a run's continuation.
 """
 
 from __future__ import annotations
@@ -43,9 +44,11 @@ CREATE TABLE agent_run_failure (
     recorded_at timestamptz NOT NULL
 );
 CREATE INDEX ix_agent_run_failure_run ON agent_run_failure (run_id, id);
+CREATE INDEX ix_agent_run_continues ON agent_run (continues) WHERE continues IS NOT NULL;
 """
 
 DOWNGRADE = """
+DROP INDEX ix_agent_run_continues;
 DROP TABLE agent_run_failure;
 ALTER TABLE agent_run
     DROP COLUMN last_failure_class,

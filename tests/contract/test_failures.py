@@ -259,6 +259,8 @@ async def test_an_operator_retry_continues_a_dead_lettered_run_within_the_budget
     assert (retried.continues, retried.attempt, retried.epoch) == (run.id, 1, 1)
     assert retried.state is AgentRunState.QUEUED
     assert retried.payload == {"n": 1}
+    with pytest.raises(IllegalTransition, match=f"already continued by run {retried.id}"):
+        await runs.retry(run.id)  # a second retry of the same run would do its work twice
     for _ in range(2):  # the budget of 3 allows attempts 1, 2, 3
         await worker.claim_and_drive(1)
         retried = await runs.retry(retried.id)

@@ -95,8 +95,9 @@ def test_a_failed_run_shows_its_error_and_traceback_and_a_retry_goes_on(postgres
     assert (again["continues"], again["attempt"], again["state"]) == (str(failing), 1, "queued")
     ok(invoke(postgres_url, "worker", "--kinds", KINDS, "--drain"))
     assert shown(postgres_url, retried)["end_reason"] == "not_retryable"
-    refused = invoke(postgres_url, "runs", "retry", str(failing), "--kinds", KINDS)
-    assert refused.exit_code == 0  # the original may be retried again: a budget of 3
+    twice = invoke(postgres_url, "runs", "retry", str(failing), "--kinds", KINDS)
+    assert twice.exit_code == 1
+    assert f"already continued by run {retried}" in twice.stderr
     completed = enqueue(postgres_url, "--subject", "pr:2", "--payload", '{"steps": 1}')
     ok(invoke(postgres_url, "worker", "--kinds", KINDS, "--drain"))
     not_failed = invoke(postgres_url, "runs", "retry", str(completed), "--kinds", KINDS)

@@ -238,6 +238,10 @@ class RunStore(Protocol):
         """The run's failed attempts, oldest first (empty for a run that never failed)."""
         ...
 
+    async def continuation_of(self, tx: Transaction, run_id: UUID) -> AgentRun | None:
+        """The run that continues run ``run_id`` (its ``continues``), if one does."""
+        ...
+
     async def purge(self, tx: Transaction, ended_before: datetime, limit: int) -> int:
         """Delete up to ``limit`` runs ended before ``ended_before`` (with their events)."""
         ...

@@ -31,6 +31,7 @@ from agentruns.domain.backoff import RandomSource
 from agentruns.domain.bands import DEFAULT_BAND_AGING, Band
 from agentruns.domain.errors import (
     AgentRunsError,
+    IllegalTransition,
     InvalidRequest,
     RunNotFound,
     TransactionConflict,
@@ -39,6 +40,7 @@ from agentruns.domain.errors import (
 from agentruns.domain.failure_records import FailureRecord
 from agentruns.domain.payload import validate_payload
 from agentruns.domain.run import AgentRun, AgentRunFence, continue_after, retry_after_end
+from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
 
 # A budget hold makes the claim roll back and try again without the held workspaces; a few
@@ -375,13 +377,21 @@ class AgentRuns:
 
     async def retry(self, run_id: UUID) -> AgentRun:
         """Put a dead-lettered (or FAILED) run back to work as :meth:`continue_after` does: a new
-        run with its epochs and one more attempt, refused once the kind's budget is spent and
-        for a run that ended COMPLETED, CANCELLED or CONTINUED."""
+        run with its epochs and one more attempt, refused once the kind's budget is spent, for a
+        run that ended COMPLETED, CANCELLED or CONTINUED, and for one already continued (a
+        second retry of the same run would do its work twice)."""
         async with self.transaction() as inner:
             ended = await self._stores.runs.get(inner, run_id)
-        if ended is None:
-            raise RunNotFound(f"no run {run_id}")
-        retry_after_end(ended)
+            if ended is None:
+                raise RunNotFound(f"no run {run_id}")
+            retry_after_end(ended)
+            later = await self._stores.runs.continuation_of(inner, run_id)
+        if later is not None:
+            raise IllegalTransition(
+                ended.state,
+                AgentRunState.QUEUED,
+                f"run {run_id} was already continued by run {later.id}: retry that one",
+            )
         return await self.continue_after(run_id)
 
     async def continue_after(

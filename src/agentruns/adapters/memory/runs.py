@@ -245,6 +245,11 @@ class MemoryRunStore(RunStore):
         self._failures.put(tx, run.id, (*self._failures_of(run.id), record))
         return record
 
+    async def continuation_of(self, tx: Transaction, run_id: UUID) -> AgentRun | None:
+        self._database.check(tx)
+        found = [run for run in self.rows.values() if run.continues == run_id]
+        return min(found, key=lambda run: run.seq) if found else None
+
     async def failures(self, tx: Transaction, run_id: UUID) -> list[FailureRecord]:
         self._database.check(tx)
         return list(self._failures_of(run_id))

@@ -352,6 +352,9 @@ class PostgresRunStore(RunStore):
             raise StaleEpoch(f"run {failure.run_id} moved under the failure's epoch")
         return failure_from_row(rows[0])
 
+    async def continuation_of(self, tx: Tx, run_id: UUID) -> AgentRun | None:
+        return await self._one(tx, sql.CONTINUATION_OF, run_id=run_id)
+
     async def failures(self, tx: Tx, run_id: UUID) -> list[FailureRecord]:
         return [
             failure_from_row(row) for row in await fetch(tx, sql.LIST_FAILURES, {"run_id": run_id})

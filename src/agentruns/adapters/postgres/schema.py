@@ -107,6 +107,11 @@ Index(
     agent_run.c.deadline_at,
     postgresql_where=text("state = 'queued' AND deadline_at IS NOT NULL"),
 )
+Index(
+    "ix_agent_run_continues",
+    agent_run.c.continues,
+    postgresql_where=text("continues IS NOT NULL"),
+)
 Index("ix_agent_run_ended_at", agent_run.c.ended_at, postgresql_where=text("state = 'ended'"))
 
 # One row per subject naming its offered head: the first queued run in queue order, or nothing

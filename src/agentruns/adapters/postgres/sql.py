@@ -176,6 +176,10 @@ FROM noted
 RETURNING {_FAILURE_COLUMNS}
 """)
 
+CONTINUATION_OF = _stmt(f"""
+SELECT {RUN_COLUMNS} FROM agent_run WHERE continues = :run_id ORDER BY seq LIMIT 1
+""")
+
 LIST_FAILURES = _stmt(f"""
 SELECT {_FAILURE_COLUMNS} FROM agent_run_failure WHERE run_id = :run_id ORDER BY id
 """)
