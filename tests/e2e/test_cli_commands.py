@@ -191,3 +191,47 @@ def test_version_and_help_that_shows_every_default() -> None:
             if "--help" in row or "<bool>" in row:
                 continue  # a flag is off unless given
             assert "[default: " in row, f"{' '.join(command)}: {row}"
+
+
+def test_runs_list_filters_pages_and_shows_the_last_failure(postgres_url: str) -> None:
+    first = enqueue(postgres_url, "--subject", "pr:1", "--payload", '{"steps": 1, "fail": 401}')
+    enqueue(postgres_url, "--subject", "pr:2", "--payload", '{"steps": 1}')
+    ok(invoke(postgres_url, "worker", "--kinds", KINDS, "--drain"))
+    third = enqueue(postgres_url, "--subject", "pr:3", "--workspace", "other")
+
+    everything = json.loads(ok(invoke(postgres_url, "runs", "list", "--json")))
+    assert [run["subject"] for run in everything["runs"]] == ["pr:3", "pr:2", "pr:1"]
+    assert everything["next_cursor"] is None
+
+    failed = json.loads(
+        ok(invoke(postgres_url, "runs", "list", "--reason", "not_retryable", "--json"))
+    )
+    [dead] = failed["runs"]
+    assert dead["id"] == str(first)
+    assert dead["last_failure"]["message"] == "provider answered 401"
+    table = ok(invoke(postgres_url, "runs", "list", "--reason", "not_retryable"))
+    assert "provider answered 401" in table
+    assert "ended: not_retryable" in table
+
+    queued = json.loads(ok(invoke(postgres_url, "runs", "list", "--state", "queued", "--json")))
+    assert [run["id"] for run in queued["runs"]] == [str(third)]
+    assert json.loads(
+        ok(invoke(postgres_url, "runs", "list", "--workspace", "other", "--kind", REVIEW, "--json"))
+    )["runs"][0]["id"] == str(third)
+
+    page = invoke(postgres_url, "runs", "list", "--limit", "2", "--json")
+    first_page = json.loads(ok(page))
+    assert [run["subject"] for run in first_page["runs"]] == ["pr:3", "pr:2"]
+    rest = invoke(
+        postgres_url,
+        "runs",
+        "list",
+        "--limit",
+        "2",
+        "--cursor",
+        first_page["next_cursor"],
+        "--json",
+    )
+    assert [run["subject"] for run in json.loads(ok(rest))["runs"]] == ["pr:1"]
+    shown_page = invoke(postgres_url, "runs", "list", "--limit", "2")
+    assert f"--cursor {first_page['next_cursor']}" in shown_page.stderr

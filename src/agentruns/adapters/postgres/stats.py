@@ -15,7 +15,7 @@ from agentruns.adapters.postgres.database import PostgresDatabase, fetch
 from agentruns.adapters.postgres.runs import run_from_row
 from agentruns.adapters.postgres.sql import NOW, RUN_COLUMNS
 from agentruns.app.ports import BudgetHold, Transaction
-from agentruns.app.stats import ExpiredLeases, RunCount, RunStats, RunStatus
+from agentruns.app.stats import ExpiredLeases, RunCount, RunFilters, RunStats, RunStatus
 from agentruns.domain.bands import Band
 from agentruns.domain.claim_order import SubjectKey
 from agentruns.domain.run import AgentRun
@@ -44,6 +44,17 @@ EXPIRED_BY_KIND = text(f"""
 SELECT kind, count(*) AS leases, min(leased_until) AS oldest FROM agent_run
 WHERE state = 'leased' AND leased_until <= {NOW}
 GROUP BY kind ORDER BY kind
+""")
+
+NEWEST = text(f"""
+SELECT {RUN_COLUMNS} FROM agent_run
+WHERE (CAST(:workspace AS text) IS NULL OR workspace = CAST(:workspace AS text))
+  AND (CAST(:subject AS text) IS NULL OR subject = CAST(:subject AS text))
+  AND (CAST(:kind AS text) IS NULL OR kind = CAST(:kind AS text))
+  AND (CAST(:state AS text) IS NULL OR state = CAST(:state AS text))
+  AND (CAST(:reason AS text) IS NULL OR end_reason = CAST(:reason AS text))
+  AND (CAST(:before_seq AS bigint) IS NULL OR seq < CAST(:before_seq AS bigint))
+ORDER BY seq DESC LIMIT :limit
 """)
 
 ENDED_BEFORE = text(f"""
@@ -112,6 +123,25 @@ class PostgresRunStats(RunStats):
             inactive=inactive,
             expired_by_kind=expired,
         )
+
+    async def newest(
+        self,
+        tx: Transaction,
+        *,
+        filters: RunFilters,
+        before_seq: int | None = None,
+        limit: int = 50,
+    ) -> list[AgentRun]:
+        params = {
+            "workspace": filters.workspace,
+            "subject": filters.subject,
+            "kind": filters.kind,
+            "state": None if filters.state is None else str(filters.state),
+            "reason": None if filters.reason is None else str(filters.reason),
+            "before_seq": before_seq,
+            "limit": limit,
+        }
+        return [run_from_row(row) for row in await fetch(tx, NEWEST, params)]
 
     async def ended_before(self, tx: Transaction, older_than: timedelta) -> int:
         rows = await fetch(tx, ENDED_BEFORE, self._params(older_than=older_than))

@@ -283,3 +283,36 @@ def run_summary(shown: AgentRun) -> dict[str, object]:
         },
         "payload": shown.payload,
     }
+
+
+def run_list(runs: list[AgentRun]) -> RenderableType:
+    """Runs as rows: what each is, where it stands, and why it last failed."""
+    if not runs:
+        return Text("no runs")
+    listed = Table(title="Runs (newest first)", title_justify="left")
+    for column in ("id", "kind", "workspace", "subject", "band", "state", "attempt", "enqueued"):
+        listed.add_column(column, justify="right" if column == "attempt" else "left")
+    listed.add_column("last failure")
+    for shown in runs:
+        state = str(shown.state) if shown.end_reason is None else f"ended: {shown.end_reason}"
+        listed.add_row(
+            str(shown.id),
+            shown.kind,
+            shown.workspace,
+            shown.subject,
+            shown.band.name.lower(),
+            state,
+            str(shown.attempt),
+            shown.enqueued_at.strftime("%Y-%m-%d %H:%M:%S"),
+            _short_failure(shown),
+        )
+    return listed
+
+
+def _short_failure(shown: AgentRun) -> str:
+    """The last failure with its type's own name only (``ProviderError``, not its module)."""
+    failure = shown.last_failure
+    if failure is None:
+        return "-"
+    name = failure.error_type.rsplit(".", 1)[-1]
+    return f"{name}: {failure.message}" if failure.message else name
