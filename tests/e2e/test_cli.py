@@ -319,9 +319,9 @@ def test_a_reaper_process_takes_back_an_abandoned_lease(postgres_url: str, tmp_p
 
 
 def test_without_a_url_the_cli_starts_an_embedded_postgresql_and_says_where(
-    tmp_path: Path,
+    private_dir: Path,
 ) -> None:
-    data = tmp_path / "pgdata"
+    data = private_dir / "pgdata"
     runner = CliRunner()
     env: dict[str, str | None] = {"AGENTRUNS_DATABASE_URL": None}
     upgraded = runner.invoke(app, ["db", "upgrade", "--data-dir", str(data)], env=env)

