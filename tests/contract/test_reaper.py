@@ -8,11 +8,11 @@ from datetime import timedelta
 from agentruns.app.kinds import NoDomainRow, RunKind, RunKinds
 from agentruns.app.ports import Transaction
 from agentruns.app.reaper import AgentRunReaper
-from agentruns.app.reviews import ReviewStatus
 from agentruns.app.runs import AgentRuns
 from agentruns.domain.run import AgentRun, RunChange
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
+from examples.review import ReviewStatus
 from tests.contract.conftest import Backend
 from tests.contract.kinds import LEASE, policy, scripted_steps
 

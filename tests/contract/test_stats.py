@@ -8,7 +8,7 @@ import pytest
 
 from agentruns.app.ports import BudgetHold
 from agentruns.app.runs import AgentRuns
-from agentruns.app.stats import RunFilters, RunStats, RunStatus
+from agentruns.app.stats import RunStats, RunStatus
 from agentruns.domain.bands import Band
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
@@ -151,26 +151,3 @@ async def test_ended_before_counts_what_a_purge_would_delete(
     async with backend.stores.scope.transaction() as tx:
         assert await stats.ended_before(tx, timedelta(0)) == 2
     assert await runs.purge(timedelta(hours=1)) == 1
-
-
-async def test_newest_lists_runs_newest_first_by_every_filter_a_page_at_a_time(
-    backend: Backend, stats: RunStats, runs: AgentRuns
-) -> None:
-    a = await runs.enqueue("chat", workspace="acme", subject="a")
-    b = await runs.enqueue("sweep", workspace="acme", subject="b")
-    c = await runs.enqueue("chat", workspace="other", subject="a")
-    await runs.cancel(b.id)
-
-    async def listed(filters: RunFilters, before: int | None = None, limit: int = 50) -> list[str]:
-        async with backend.stores.scope.transaction() as tx:
-            found = await stats.newest(tx, filters=filters, before_seq=before, limit=limit)
-        return [run.subject + "@" + run.workspace for run in found]
-
-    assert await listed(RunFilters()) == ["a@other", "b@acme", "a@acme"]
-    assert await listed(RunFilters(kind="chat")) == ["a@other", "a@acme"]
-    assert await listed(RunFilters(workspace="acme", subject="a")) == ["a@acme"]
-    assert await listed(RunFilters(state=AgentRunState.ENDED)) == ["b@acme"]
-    assert await listed(RunFilters(reason=TerminationReason.CANCELLED)) == ["b@acme"]
-    assert await listed(RunFilters(state=AgentRunState.QUEUED), limit=1) == ["a@other"]
-    assert await listed(RunFilters(), before=c.seq) == ["b@acme", "a@acme"]
-    assert await listed(RunFilters(), before=a.seq) == []

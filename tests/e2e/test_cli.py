@@ -22,14 +22,9 @@ from uuid import UUID
 import pytest
 from typer.testing import CliRunner, Result
 
-from agentruns.adapters.postgres import (
-    PostgresReviewJobs,
-    close_postgres_stores,
-    make_postgres_stores,
-)
+from agentruns.adapters.postgres import close_postgres_stores, make_postgres_stores
 from agentruns.app.kinds import RunKind, RunKinds
 from agentruns.app.ports import BudgetHold
-from agentruns.app.reviews import ReviewRunKind
 from agentruns.app.runs import AgentRuns
 from agentruns.domain.kinds import RunKindPolicy
 from agentruns.domain.run import AgentRun
@@ -37,6 +32,7 @@ from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
 from agentruns.entrypoints.cli import app
 from agentruns.entrypoints.demo.kinds import REVIEW, demo_kinds, scripted_steps
+from examples.review import PostgresReviewJobs, ReviewRunKind
 from tests.postgres_server import empty_database
 
 KINDS = "agentruns.entrypoints.demo.kinds:KINDS"

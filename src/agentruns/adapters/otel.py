@@ -21,8 +21,7 @@ import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
-from opentelemetry import context as otel_context
-from opentelemetry import trace
+from opentelemetry import context as otel_context, trace
 from opentelemetry.context import Context
 from opentelemetry.trace import SpanKind, Status, StatusCode, TracerProvider
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator

@@ -39,6 +39,13 @@ class AgentRunHandler(Protocol):
     :meth:`lock_domain_row` before it locks the run for a take-back, a cancel or an end.
     """
 
+    @property
+    def has_domain_row(self) -> bool:
+        """Whether the kind keeps a row of its own that these hooks lock and move (the default).
+        A handler that says no lets agentruns end its runs without the hooks: without reading
+        the run first, and with other runs' ends in one transaction (ADRs/0011)."""
+        return True
+
     async def lock_domain_row(self, tx: Transaction, run: AgentRun) -> None:
         """Lock the kind's row of ``run`` until the transaction ends."""
         ...
@@ -60,7 +67,12 @@ class AgentRunHandler(Protocol):
 
 
 class NoDomainRow(AgentRunHandler):
-    """The handler of a kind with no domain row of its own and no budget."""
+    """The handler of a kind with no domain row of its own and no budget (a subclass may add a
+    budget check at claim time)."""
+
+    @property
+    def has_domain_row(self) -> bool:
+        return False
 
     async def lock_domain_row(self, tx: Transaction, run: AgentRun) -> None:
         return None
@@ -93,12 +105,6 @@ class RunKind:
     def name(self) -> str:
         return self.policy.name
 
-    @property
-    def has_domain_row(self) -> bool:
-        """Whether the kind keeps a domain row of its own (its handler is not NoDomainRow): its
-        runs' moves then go through its handler, one run at a time."""
-        return not isinstance(self.handler, NoDomainRow)
-
     def classify(self, error: BaseException) -> ClassifiedFailure:
         """The failure class of a step's error: the kind's classifier first, then the defaults."""
         return classify_failure(error, self.classifier)
@@ -117,11 +123,11 @@ class RunKinds:
         if kind.name in self._kinds:
             raise ValueError(f"run kind {kind.name!r} is registered twice")
         self._kinds[kind.name] = kind
-        self._domain_rows = self._domain_rows or kind.has_domain_row
+        self._domain_rows = self._domain_rows or kind.handler.has_domain_row
 
     @property
     def any_domain_rows(self) -> bool:
-        """Whether some kind's handler keeps a domain row (is not :class:`NoDomainRow`): if none
+        """Whether some kind's handler keeps a domain row (``handler.has_domain_row``): if none
         does, a settle need not read its run to find the row to lock first."""
         return self._domain_rows
 

@@ -32,26 +32,6 @@ class RunCount:
 
 
 @dataclass(frozen=True, slots=True)
-class RunFilters:
-    """What ``runs list`` filters on; ``None`` matches anything."""
-
-    workspace: str | None = None
-    subject: str | None = None
-    kind: str | None = None
-    state: AgentRunState | None = None
-    reason: TerminationReason | None = None
-
-    def match(self, run: AgentRun) -> bool:
-        return (
-            (self.workspace is None or run.workspace == self.workspace)
-            and (self.subject is None or run.subject == self.subject)
-            and (self.kind is None or run.kind == self.kind)
-            and (self.state is None or run.state is self.state)
-            and (self.reason is None or run.end_reason is self.reason)
-        )
-
-
-@dataclass(frozen=True, slots=True)
 class ExpiredLeases:
     """Leases of one kind that have expired and not been taken back yet. When they stay
     expired for long, no reaper that registers their kind is running: they are orphaned."""
@@ -148,18 +128,6 @@ class RunStats(Protocol):
         limit: int = 100,
     ) -> list[AgentRun]:
         """Runs in queue order, filtered by state and holder."""
-        ...
-
-    async def newest(
-        self,
-        tx: Transaction,
-        *,
-        filters: RunFilters,
-        before_seq: int | None = None,
-        limit: int = 50,
-    ) -> list[AgentRun]:
-        """Runs matching every filter given, newest first (by queue order), only those queued
-        before ``before_seq`` if given: a page of ``runs list``."""
         ...
 
     async def ended_before(self, tx: Transaction, older_than: timedelta) -> int:

@@ -274,12 +274,6 @@ def continue_after(ended: AgentRun, *, retry_budget: int) -> Continuation:
     return Continuation(epoch=ended.epoch, attempt=ended.attempt + 1, continues=ended.id)
 
 
-def review_attempt(run: AgentRun) -> int:
-    """A review job's attempt number: its run's epoch less one while leased, and the number its
-    next claim takes while it waits."""
-    return run.epoch - 1 if run.state is AgentRunState.LEASED else run.epoch
-
-
 def retry_after_end(ended: AgentRun) -> None:
     """An operator's retry goes on only after failed work: a dead-lettered run (not retryable,
     retries exhausted, deadline exceeded) or one a host ended FAILED. A completed, cancelled or

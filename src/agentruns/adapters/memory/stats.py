@@ -9,7 +9,7 @@ from agentruns.adapters.memory.database import MemoryDatabase
 from agentruns.adapters.memory.runs import MemoryRunStore
 from agentruns.adapters.memory.workspaces import MemoryWorkspaceStore
 from agentruns.app.ports import Clock, Transaction
-from agentruns.app.stats import ExpiredLeases, RunFilters, RunStats, RunStatus, count_runs
+from agentruns.app.stats import ExpiredLeases, RunStats, RunStatus, count_runs
 from agentruns.domain.claim_order import SubjectKey, subject_key
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
@@ -49,21 +49,6 @@ class MemoryRunStats(RunStats):
             inactive=tuple(self._workspaces.inactive()),
             expired_by_kind=_expired_by_kind(everything, now),
         )
-
-    async def newest(
-        self,
-        tx: Transaction,
-        *,
-        filters: RunFilters,
-        before_seq: int | None = None,
-        limit: int = 50,
-    ) -> list[AgentRun]:
-        found = [
-            run
-            for run in reversed(self._all(tx))
-            if filters.match(run) and (before_seq is None or run.seq < before_seq)
-        ]
-        return found[:limit]
 
     async def ended_before(self, tx: Transaction, older_than: timedelta) -> int:
         cutoff = self._clock.now() - older_than

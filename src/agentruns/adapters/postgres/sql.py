@@ -1,4 +1,5 @@
-"""Every SQL statement of the PostgreSQL adapter, named, in one place.
+"""The SQL statements of runs, events and workspaces, named, in one place; and :func:`statement`,
+the one way every module of the adapter declares its statements (``sandbox_sql``, ``stats``).
 
 Time: each statement reads ``now`` from :data:`NOW`: the bound ``:now`` when a test pins a clock,
 else the database clock (``now()``, the transaction's start). One SQL text serves both.
@@ -10,10 +11,13 @@ leased_until > now``); when one touches no row, the store reads the run once to 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from functools import cache
+from typing import Any
 
 from sqlalchemy import TextClause, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
-from sqlalchemy.types import Text
+from sqlalchemy.types import Text, TypeEngine
 
 NOW = "COALESCE(CAST(:now AS timestamptz), now())"
 
@@ -32,27 +36,30 @@ _FENCE = (
 _KINDS = "(CAST(:kinds AS text[]) IS NULL OR {kind} = ANY(CAST(:kinds AS text[])))"
 
 
-def _stmt(source: str) -> TextClause:
-    """A statement; only the bind parameters it names are declared."""
+# Bind parameters whose type the driver cannot infer, by name, for every statement that names one.
+_BIND_TYPES: dict[str, TypeEngine[Any]] = {
+    "payload": JSONB(),
+    "data": JSONB(),
+    "kinds": ARRAY(Text),
+    "names": ARRAY(Text),
+    # The enqueuer's trace context: NULL when there is none, not the JSON null.
+    "trace_context": JSONB(none_as_null=True),
+    "excluding": ARRAY(Text),
+}
+
+
+def statement(source: str) -> TextClause:
+    """The one way the PostgreSQL adapter declares a statement: its SQL text, with the types of
+    the bind parameters it names from :data:`_BIND_TYPES` (a JSON payload, a list of names)."""
     clause = text(source)
     named = set(re.findall(r"(?<!:):(\w+)", source))
-    binds = []
-    if "payload" in named:
-        binds.append(bindparam("payload", type_=JSONB))
-    if "data" in named:
-        binds.append(bindparam("data", type_=JSONB))
-    if "trace_context" in named:
-        binds.append(bindparam("trace_context", type_=JSONB(none_as_null=True)))
-    if "kinds" in named:
-        binds.append(bindparam("kinds", type_=ARRAY(Text)))
-    if "excluding" in named:
-        binds.append(bindparam("excluding", type_=ARRAY(Text)))
+    binds = [bindparam(name, type_=type_) for name, type_ in _BIND_TYPES.items() if name in named]
     return clause.bindparams(*binds) if binds else clause
 
 
-NOW_SELECT = _stmt(f"SELECT {NOW} AS now")
+NOW_SELECT = statement(f"SELECT {NOW} AS now")
 
-INSERT_RUN = _stmt(f"""
+INSERT_RUN = statement(f"""
 WITH clock AS (SELECT {NOW} AS now)
 INSERT INTO agent_run (id, kind, workspace, subject, band, payload, state, epoch, attempt,
                        enqueued_at, due_at, lease, deadline_at, continues, domain_row,
@@ -66,23 +73,23 @@ FROM clock
 RETURNING {RUN_COLUMNS}
 """)
 
-GET_RUN = _stmt(f"SELECT {RUN_COLUMNS}, {NOW} AS now FROM agent_run WHERE id = :run_id")
+GET_RUN = statement(f"SELECT {RUN_COLUMNS}, {NOW} AS now FROM agent_run WHERE id = :run_id")
 
-LOCK_RUN = _stmt(f"SELECT {RUN_COLUMNS} FROM agent_run WHERE id = :run_id FOR UPDATE")
+LOCK_RUN = statement(f"SELECT {RUN_COLUMNS} FROM agent_run WHERE id = :run_id FOR UPDATE")
 
-REQUIRE_CURRENT = _stmt(f"""
+REQUIRE_CURRENT = statement(f"""
 WITH clock AS (SELECT {NOW} AS now)
 SELECT {RUN_COLUMNS} FROM agent_run, clock WHERE {_FENCE} FOR UPDATE OF agent_run
 """)
 
-RENEW = _stmt(f"""
+RENEW = statement(f"""
 WITH clock AS (SELECT {NOW} AS now)
 UPDATE agent_run SET leased_until = clock.now + lease
 FROM clock WHERE {_FENCE}
 RETURNING {RUN_COLUMNS}
 """)
 
-END_FENCED = _stmt(f"""
+END_FENCED = statement(f"""
 WITH clock AS (SELECT {NOW} AS now)
 UPDATE agent_run SET state = 'ended', leased_until = NULL, end_reason = :reason,
                      ended_at = clock.now
@@ -90,7 +97,7 @@ FROM clock WHERE {_FENCE}
 RETURNING {RUN_COLUMNS}
 """)
 
-END_UNFENCED = _stmt(f"""
+END_UNFENCED = statement(f"""
 WITH clock AS (SELECT {NOW} AS now)
 UPDATE agent_run SET state = 'ended', leased_until = NULL, end_reason = :reason,
                      ended_at = clock.now
@@ -98,7 +105,7 @@ FROM clock WHERE id = :run_id AND state IN ('queued', 'leased')
 RETURNING {RUN_COLUMNS}
 """)
 
-REQUEUE = _stmt(f"""
+REQUEUE = statement(f"""
 WITH clock AS (SELECT {NOW} AS now)
 UPDATE agent_run SET state = 'queued', attempt = attempt + :charge,
                      due_at = GREATEST(clock.now + CAST(:delay AS interval), clock.now),
@@ -108,7 +115,7 @@ RETURNING {RUN_COLUMNS}
 """)
 
 # Replicas share the reaping: a run another replica is taking back (its row locked) is skipped.
-EXPIRED = _stmt(f"""
+EXPIRED = statement(f"""
 SELECT {RUN_COLUMNS} FROM agent_run
 WHERE state = 'leased' AND leased_until <= {NOW} AND {_KINDS.format(kind="kind")}
 ORDER BY leased_until, seq LIMIT :limit
@@ -117,7 +124,7 @@ FOR UPDATE SKIP LOCKED
 
 # Expired leases no reaper of the given kinds will take back (ADRs/0014): left for a replica
 # that knows their kind, and counted so the reaper can say so once in a while.
-EXPIRED_KINDS = _stmt(f"""
+EXPIRED_KINDS = statement(f"""
 SELECT kind, count(*) AS leases FROM agent_run
 WHERE state = 'leased' AND leased_until <= {NOW} AND kind <> ALL(CAST(:excluding AS text[]))
 GROUP BY kind ORDER BY kind
@@ -130,7 +137,7 @@ _TAKE_BACK_REASON = (
 
 # The conditional write of the take-back: only if still leased at the reaper's epoch and
 # expired, so a renewal or another replica that won leaves nothing to write.
-TAKE_BACK = _stmt(f"""
+TAKE_BACK = statement(f"""
 WITH clock AS (SELECT {NOW} AS now)
 UPDATE agent_run SET
     state = CASE WHEN {_TAKE_BACK_REASON} IS NULL THEN 'queued' ELSE 'ended' END,
@@ -146,7 +153,7 @@ WHERE id = :run_id AND epoch = :epoch AND state = 'leased' AND leased_until <= c
 RETURNING {RUN_COLUMNS}
 """)
 
-OVERDUE = _stmt(f"""
+OVERDUE = statement(f"""
 SELECT {RUN_COLUMNS} FROM agent_run
 WHERE state = 'queued' AND deadline_at IS NOT NULL AND deadline_at <= {NOW}
   AND {_KINDS.format(kind="kind")}
@@ -160,7 +167,7 @@ _FAILURE_COLUMNS = (
     "run_id, id, epoch, attempt, holder, error_type, message, failure_class, traceback, recorded_at"
 )
 
-RECORD_FAILURE = _stmt(f"""
+RECORD_FAILURE = statement(f"""
 WITH clock AS (SELECT {NOW} AS now),
 noted AS (
     UPDATE agent_run SET last_error_type = :error_type, last_error = :message,
@@ -176,15 +183,15 @@ FROM noted
 RETURNING {_FAILURE_COLUMNS}
 """)
 
-CONTINUATION_OF = _stmt(f"""
+CONTINUATION_OF = statement(f"""
 SELECT {RUN_COLUMNS} FROM agent_run WHERE continues = :run_id ORDER BY seq LIMIT 1
 """)
 
-LIST_FAILURES = _stmt(f"""
+LIST_FAILURES = statement(f"""
 SELECT {_FAILURE_COLUMNS} FROM agent_run_failure WHERE run_id = :run_id ORDER BY id
 """)
 
-PURGE = _stmt("""
+PURGE = statement("""
 WITH doomed AS (
     SELECT id FROM agent_run
     WHERE state = 'ended' AND ended_at < :ended_before
@@ -194,7 +201,39 @@ WITH doomed AS (
 DELETE FROM agent_run WHERE id IN (SELECT id FROM doomed) RETURNING id
 """)
 
-LEASED_COUNT = _stmt(
+# The read API (AgentRuns.list_runs): newest first, keyset-paged on the queue order. One text per
+# set of filters given, so each runs on a generic plan of its own that never tests a parameter
+# for NULL (ADRs/0011: every statement runs on its generic plan).
+_LIST_FILTERS = {
+    "workspace": "workspace = :workspace",
+    "subject": "subject = :subject",
+    "kind": "kind = :kind",
+    "state": "state = :state",
+    "reason": "end_reason = :reason",
+    "before_seq": "seq < :before_seq",
+}
+
+
+def list_runs(filters: Iterable[str]) -> TextClause:
+    """The listing statement for these filters (names of :class:`~agentruns.app.ports.RunQuery`
+    fields that are set); the same set gives the same statement."""
+    return _list_runs(frozenset(filters))
+
+
+@cache
+def _list_runs(filters: frozenset[str]) -> TextClause:
+    unknown = filters - _LIST_FILTERS.keys()
+    if unknown:
+        raise ValueError(f"no run filter named {sorted(unknown)}")
+    where = " AND ".join(_LIST_FILTERS[name] for name in _LIST_FILTERS if name in filters)
+    return statement(f"""
+SELECT {RUN_COLUMNS} FROM agent_run
+{f"WHERE {where}" if where else ""}
+ORDER BY seq DESC LIMIT :limit
+""")
+
+
+LEASED_COUNT = statement(
     "SELECT count(*) AS leased FROM agent_run WHERE workspace = :workspace AND state = 'leased'"
 )
 
@@ -239,7 +278,7 @@ FROM (SELECT {offered} AS offered) counted LEFT JOIN claimed ON true
 # workspace exactly as the domain's claim_order does (load = leased runs + heads of the same
 # workspace taken before), and locks the first :limit with SKIP LOCKED. Only agent_subject (one
 # row per subject) is read in order; agent_run is touched by primary key and partial indexes.
-CLAIM = _stmt(f"""
+CLAIM = statement(f"""
 WITH clock AS MATERIALIZED (SELECT {NOW} AS now, CAST(:aging AS interval) AS aging),
 bands (band) AS (VALUES (CAST(0 AS smallint)), (CAST(1 AS smallint)), (CAST(2 AS smallint))),
 leased AS MATERIALIZED (
@@ -300,7 +339,7 @@ picked AS (
 """)
 
 # claim_subject: the same rule within one subject, whose head is one primary-key read.
-CLAIM_SUBJECT = _stmt(f"""
+CLAIM_SUBJECT = statement(f"""
 WITH clock AS MATERIALIZED (SELECT {NOW} AS now, CAST(:aging AS interval) AS aging),
 picked AS (
     SELECT r.id, {_effective_band("r.band", "r.due_at")} AS claim_band, 0 AS claim_load
@@ -319,7 +358,7 @@ picked AS (
 {_claim_update("0")}
 """)
 
-APPEND_EVENT = _stmt(f"""
+APPEND_EVENT = statement(f"""
 INSERT INTO agent_run_event (run_id, seq, epoch, type, data, created_at)
 SELECT :run_id, COALESCE(max(seq), 0) + 1, :epoch, :type, :data, {NOW}
 FROM agent_run_event WHERE run_id = :run_id
@@ -331,7 +370,7 @@ RETURNING run_id, seq, epoch, type, data, created_at
 # its appends; an append that committed while this one waited for that lock is not in this
 # statement's snapshot, so its seq conflicts and the insert does nothing: the store then appends
 # with a statement of its own (a fresh snapshot, the lock already held).
-RENEW_AND_APPEND = _stmt(f"""
+RENEW_AND_APPEND = statement(f"""
 WITH clock AS (SELECT {NOW} AS now),
 renewed AS (
     UPDATE agent_run SET leased_until = clock.now + lease
@@ -366,7 +405,7 @@ _GROUP_FENCE = (
     "AND r.leased_until > clock.now"
 )
 
-END_MANY = _stmt(f"""
+END_MANY = statement(f"""
 WITH clock AS (SELECT {NOW} AS now),
 w AS ({_GROUP.format(extra=", CAST(:reasons AS text[])", extra_names=", reason")}),
 ended AS (
@@ -380,7 +419,7 @@ SELECT w.ord, ended.* FROM w LEFT JOIN ended ON ended.id = w.id ORDER BY w.ord
 
 # The step boundaries of a group: as RENEW_AND_APPEND, row by row; an event whose seq conflicts
 # (another append committed while the renewal waited) comes back renewed but not appended.
-RENEW_AND_APPEND_MANY = _stmt(f"""
+RENEW_AND_APPEND_MANY = statement(f"""
 WITH clock AS (SELECT {NOW} AS now),
 w AS ({
     _GROUP.format(
@@ -407,41 +446,23 @@ FROM w LEFT JOIN renewed n ON n.id = w.id LEFT JOIN appended a ON a.run_id = w.i
 ORDER BY w.ord
 """)
 
-LIST_EVENTS = _stmt("""
+LIST_EVENTS = statement("""
 SELECT run_id, seq, epoch, type, data, created_at FROM agent_run_event
 WHERE run_id = :run_id ORDER BY seq
 """)
 
-SET_ACTIVE = _stmt("""
+SET_ACTIVE = statement("""
 INSERT INTO agent_workspace (id, active) VALUES (:workspace, :active)
 ON CONFLICT (id) DO UPDATE SET active = EXCLUDED.active
 """)
 
-HOLD_BUDGET = _stmt("""
+HOLD_BUDGET = statement("""
 INSERT INTO agent_budget_hold (workspace, until, reason) VALUES (:workspace, :until, :reason)
 ON CONFLICT (workspace) DO UPDATE SET until = EXCLUDED.until, reason = EXCLUDED.reason
 """)
 
-RELEASE_BUDGET = _stmt("DELETE FROM agent_budget_hold WHERE workspace = :workspace")
+RELEASE_BUDGET = statement("DELETE FROM agent_budget_hold WHERE workspace = :workspace")
 
-HOLDS = _stmt(f"""
+HOLDS = statement(f"""
 SELECT workspace, until, reason FROM agent_budget_hold WHERE until > {NOW} ORDER BY workspace
 """)
-
-INSERT_REVIEW_JOB = _stmt("""
-INSERT INTO review_job (run_id, workspace, subject, status, attempt)
-VALUES (:run_id, :workspace, :subject, :status, :attempt)
-""")
-
-GET_REVIEW_JOB = _stmt(
-    "SELECT run_id, workspace, subject, status, attempt FROM review_job WHERE run_id = :run_id"
-)
-
-LOCK_REVIEW_JOB = _stmt(
-    "SELECT run_id, workspace, subject, status, attempt FROM review_job "
-    "WHERE run_id = :run_id FOR UPDATE"
-)
-
-MOVE_REVIEW_JOB = _stmt(
-    "UPDATE review_job SET status = :status, attempt = :attempt WHERE run_id = :run_id"
-)

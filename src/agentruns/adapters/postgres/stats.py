@@ -9,26 +9,24 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Any
 
-from sqlalchemy import text
-
 from agentruns.adapters.postgres.database import PostgresDatabase, fetch
 from agentruns.adapters.postgres.runs import run_from_row
-from agentruns.adapters.postgres.sql import NOW, RUN_COLUMNS
+from agentruns.adapters.postgres.sql import HOLDS, NOW, RUN_COLUMNS, statement
 from agentruns.app.ports import BudgetHold, Transaction
-from agentruns.app.stats import ExpiredLeases, RunCount, RunFilters, RunStats, RunStatus
+from agentruns.app.stats import ExpiredLeases, RunCount, RunStats, RunStatus
 from agentruns.domain.bands import Band
 from agentruns.domain.claim_order import SubjectKey
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
 
-STATUS_COUNTS = text("""
+STATUS_COUNTS = statement("""
 SELECT state, band, workspace, end_reason, count(*) AS runs
 FROM agent_run GROUP BY state, band, workspace, end_reason
 ORDER BY state, band, workspace, end_reason NULLS FIRST
 """)
 
-STATUS_FACTS = text(f"""
+STATUS_FACTS = statement(f"""
 SELECT {NOW} AS now,
        (SELECT count(*) FROM agent_run
          WHERE state = 'leased' AND leased_until <= {NOW}) AS expired,
@@ -36,47 +34,32 @@ SELECT {NOW} AS now,
          WHERE state = 'queued' AND due_at <= {NOW}) AS oldest_due_at
 """)
 
-STATUS_HOLDS = text(f"""
-SELECT workspace, until, reason FROM agent_budget_hold WHERE until > {NOW} ORDER BY workspace
-""")
+STATUS_INACTIVE = statement("SELECT id FROM agent_workspace WHERE NOT active ORDER BY id")
 
-EXPIRED_BY_KIND = text(f"""
+EXPIRED_BY_KIND = statement(f"""
 SELECT kind, count(*) AS leases, min(leased_until) AS oldest FROM agent_run
 WHERE state = 'leased' AND leased_until <= {NOW}
 GROUP BY kind ORDER BY kind
 """)
 
-NEWEST = text(f"""
-SELECT {RUN_COLUMNS} FROM agent_run
-WHERE (CAST(:workspace AS text) IS NULL OR workspace = CAST(:workspace AS text))
-  AND (CAST(:subject AS text) IS NULL OR subject = CAST(:subject AS text))
-  AND (CAST(:kind AS text) IS NULL OR kind = CAST(:kind AS text))
-  AND (CAST(:state AS text) IS NULL OR state = CAST(:state AS text))
-  AND (CAST(:reason AS text) IS NULL OR end_reason = CAST(:reason AS text))
-  AND (CAST(:before_seq AS bigint) IS NULL OR seq < CAST(:before_seq AS bigint))
-ORDER BY seq DESC LIMIT :limit
-""")
-
-ENDED_BEFORE = text(f"""
+ENDED_BEFORE = statement(f"""
 SELECT count(*) AS runs FROM agent_run
 WHERE state = 'ended' AND ended_at < {NOW} - CAST(:older_than AS interval)
 """)
 
-STATUS_INACTIVE = text("SELECT id FROM agent_workspace WHERE NOT active ORDER BY id")
-
-LIST_RUNS = text(f"""
+LIST_RUNS = statement(f"""
 SELECT {RUN_COLUMNS} FROM agent_run
 WHERE (CAST(:state AS text) IS NULL OR state = CAST(:state AS text))
   AND (CAST(:holder AS text) IS NULL OR holder = CAST(:holder AS text))
 ORDER BY seq LIMIT :limit
 """)
 
-DOUBLY_LEASED = text("""
+DOUBLY_LEASED = statement("""
 SELECT workspace, subject FROM agent_run WHERE state = 'leased'
 GROUP BY workspace, subject HAVING count(*) > 1 ORDER BY workspace, subject
 """)
 
-UNSETTLED = text("""
+UNSETTLED = statement("""
 SELECT count(*) AS runs FROM agent_run
 WHERE NOT ((state = 'ended' AND end_reason IS NOT NULL)
         OR (state = 'queued' AND due_at IS NOT NULL)
@@ -107,7 +90,7 @@ class PostgresRunStats(RunStats):
         facts = (await fetch(tx, STATUS_FACTS, self._params()))[0]
         holds = tuple(
             BudgetHold(row["workspace"], row["until"], row["reason"])
-            for row in await fetch(tx, STATUS_HOLDS, self._params())
+            for row in await fetch(tx, HOLDS, self._params())
         )
         inactive = tuple(row["id"] for row in await fetch(tx, STATUS_INACTIVE, {}))
         expired = tuple(
@@ -123,25 +106,6 @@ class PostgresRunStats(RunStats):
             inactive=inactive,
             expired_by_kind=expired,
         )
-
-    async def newest(
-        self,
-        tx: Transaction,
-        *,
-        filters: RunFilters,
-        before_seq: int | None = None,
-        limit: int = 50,
-    ) -> list[AgentRun]:
-        params = {
-            "workspace": filters.workspace,
-            "subject": filters.subject,
-            "kind": filters.kind,
-            "state": None if filters.state is None else str(filters.state),
-            "reason": None if filters.reason is None else str(filters.reason),
-            "before_seq": before_seq,
-            "limit": limit,
-        }
-        return [run_from_row(row) for row in await fetch(tx, NEWEST, params)]
 
     async def ended_before(self, tx: Transaction, older_than: timedelta) -> int:
         rows = await fetch(tx, ENDED_BEFORE, self._params(older_than=older_than))

@@ -13,12 +13,11 @@ import typer
 from rich.console import RenderableType
 
 from agentruns.app.runs import AgentRuns
-from agentruns.app.stats import RunFilters, RunStatus
+from agentruns.app.stats import RunStatus
 from agentruns.domain.bands import Band
 from agentruns.domain.errors import UnknownKind
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
-from agentruns.domain.termination import TerminationReason
 from agentruns.entrypoints import container as composition
 from agentruns.entrypoints.cli import render
 from agentruns.entrypoints.cli.root import DatabaseName, DataDir, KindRefs, app, out, runs_app
@@ -235,59 +234,33 @@ def runs_list(
     time; each with its last failure."""
 
     def body() -> None:
-        if not 1 <= limit <= MAX_PAGE:
-            raise CliError(f"--limit {limit}: a page holds 1 to {MAX_PAGE} runs")
-        filters = RunFilters(
-            workspace=workspace,
-            subject=subject,
-            kind=kind,
-            state=None if state is None else _choice(AgentRunState, state, "--state"),
-            reason=None if reason is None else _choice(TerminationReason, reason, "--reason"),
-        )
-        before = None if cursor is None else _cursor(cursor)
         config = settings()
         with database(config, data_dir, database_name) as url:
             built = postgres_container(config, url)
-            runs = _using(built, lambda built: _newest(built, filters, before, limit + 1))
-        page, more = runs[:limit], len(runs) > limit
-        next_cursor = str(page[-1].seq) if more else None
+            page = _using(
+                built,
+                lambda built: built.runs().list_runs(
+                    workspace=workspace,
+                    subject=subject,
+                    kind=kind,
+                    state=state,
+                    reason=reason,
+                    limit=limit,
+                    cursor=cursor,
+                ),
+            )
         if as_json:
-            fields = {"runs": [render.run_summary(run) for run in page], "next_cursor": next_cursor}
+            fields = {
+                "runs": [render.run_summary(run) for run in page.runs],
+                "next_cursor": page.next_cursor,
+            }
             print(json.dumps(fields, indent=2))
             return
-        out.print(render.run_list(page))
-        if next_cursor is not None:
-            err.print(f"agentruns: more runs: add --cursor {next_cursor}", markup=False)
+        out.print(render.run_list(page.runs))
+        if page.next_cursor is not None:
+            err.print(f"agentruns: more runs: add --cursor {page.next_cursor}", markup=False)
 
     guarded(body)
-
-
-MAX_PAGE = 1000
-E = TypeVar("E", AgentRunState, TerminationReason)
-
-
-def _choice(enum: type[E], text: str, option: str) -> E:
-    try:
-        return enum(text.strip().lower())
-    except ValueError:
-        names = ", ".join(member.value for member in enum)
-        raise CliError(f"{option} {text!r}: choose one of {names}") from None
-
-
-def _cursor(text: str) -> int:
-    if not text.isdigit():
-        raise CliError(f"--cursor {text!r} is not a cursor this command printed")
-    return int(text)
-
-
-async def _newest(
-    built: AgentRunsContainer, filters: RunFilters, before: int | None, limit: int
-) -> list[AgentRun]:
-    async with built.stores().scope.transaction() as tx:
-        found: list[AgentRun] = await built.run_stats().newest(
-            tx, filters=filters, before_seq=before, limit=limit
-        )
-        return found
 
 
 @runs_app.command("cancel")
