@@ -14,7 +14,7 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from agentruns.entrypoints.cli import app
-from tests.postgres_server import cloned_database
+from agentruns.testing import PostgresTestServer
 
 KINDS = "agentruns.entrypoints.demo.kinds:KINDS"
 REVIEW = "agent.review"
@@ -38,9 +38,9 @@ def assert_one_line_error(result: Result, *fragments: str) -> None:
 
 
 @pytest.fixture(scope="module")
-def migrated_url(postgres_server: str) -> Iterator[str]:
+def migrated_url(agentruns_server: PostgresTestServer) -> Iterator[str]:
     """One migrated database for the whole walk: a refused command writes nothing."""
-    with cloned_database(postgres_server) as url:
+    with agentruns_server.database() as url:
         yield url
 
 
@@ -81,8 +81,8 @@ ERRORS: list[tuple[list[str], str]] = [
     (["enqueue", REVIEW, "--kinds", KINDS, "--workspace", " "], "workspace"),
     (["worker", "--kinds", KINDS, "--concurrency", "0"], "at least 1"),
     (["runs", "show", "not-a-uuid"], "not a run id"),
-    (["runs", "list", "--state", "done"], "--state 'done': choose one of queued, leased, ended"),
-    (["runs", "list", "--reason", "oops"], "--reason 'oops': choose one of"),
+    (["runs", "list", "--state", "done"], "no state 'done': expected one of queued, leased, ended"),
+    (["runs", "list", "--reason", "oops"], "no reason 'oops'"),
     (["runs", "list", "--limit", "0"], "a page holds 1 to 1000 runs"),
     (["runs", "list", "--cursor", "next"], "is not a cursor"),
     (["runs", "show", RUN], "no run"),
