@@ -1,7 +1,7 @@
 """Failure records, the last failure on the run, the enqueuer's trace, the domain-row flag.
 
 Revision ID: 0006_failure_records
-Revises: 0008_review_example_out
+Revises: 0007_schedules
 
 ``agent_run_failure`` keeps one row per failed attempt (error type, message, failure class,
 attempt, epoch, holder, a bounded and redacted traceback) for the run's life: it goes with its
@@ -19,7 +19,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0006_failure_records"
-down_revision = "0008_review_example_out"
+down_revision = "0007_schedules"
 branch_labels = None
 depends_on = None
 

@@ -7,9 +7,11 @@
     │   ├── UnknownKind              no run kind registered under that name
     │   ├── InvalidPayload           the payload is not a JSON object
     │   ├── InvalidBand              no such band
-    │   └── InvalidDuration          not a duration, negative, or longer than a century
+    │   ├── InvalidDuration          not a duration, negative, or longer than a century
+    │   └── InvalidSchedule          a schedule that cannot tick (cron, timezone, template)
     ├── IllegalTransition            the state table does not allow the move
     ├── RunNotFound                  no run with that id
+    ├── ScheduleNotFound             no schedule by that name
     ├── LeaseLost                    the fence is stale or its lease has expired
     │   ├── StaleEpoch               a newer claim took the run
     │   └── LeaseExpired             the lease's leased_until has passed
@@ -55,6 +57,11 @@ class InvalidDuration(InvalidRequest):
     """A duration that is not one (``7d``, ``PT30S``), is negative, or is absurdly long."""
 
 
+class InvalidSchedule(InvalidRequest):
+    """A schedule's definition is refused: its cron expression, interval, timezone, subject
+    template, catch-up policy or run fields."""
+
+
 class IllegalTransition(AgentRunsError):
     """The state table refuses the requested move."""
 
@@ -67,6 +74,10 @@ class IllegalTransition(AgentRunsError):
 
 class RunNotFound(AgentRunsError, LookupError):
     """No run carries the given id."""
+
+
+class ScheduleNotFound(AgentRunsError, LookupError):
+    """No schedule carries the given name."""
 
 
 class LeaseLost(AgentRunsError):

@@ -40,3 +40,9 @@ class AgentRunsSettings(BaseSettings):
         default="none",
         description="otel: spans to the OpenTelemetry tracer provider (the otel extra).",
     )
+    # Which long-running commands run the scheduler loop (every replica of them may: no
+    # leader), at most how long a pass waits before it looks again, and how long claimed ticks
+    # are kept for `agentruns schedules` (ADRs/0015).
+    scheduler: Literal["both", "worker", "reaper", "off"] = "both"
+    scheduler_interval: Duration = timedelta(seconds=5)
+    schedule_tick_retention: Duration = timedelta(days=7)
