@@ -1,7 +1,7 @@
 """``python -m bench.guard_cost``: what the schema's fence guards cost each hot statement.
 
 Small databases on one server, the same few hundred runs in each: ``before`` (migrated to
-``0007_schedules``, the revision before the fence guards), ``0004`` (the head:
+``0006_failure_records``, the revision before the fence guards), ``0004`` (the head:
 ``0004_fence_guards``), and two designs ADRs/0016 rejected: ``before+checks`` (the one-row rules
 as CHECK constraints) and ``0004-row-events`` (the event guard as a row trigger reading each
 event's run FOR SHARE). Each hot statement of the adapter runs under EXPLAIN (ANALYZE, BUFFERS,
@@ -215,7 +215,7 @@ CREATE TRIGGER guard_agent_run_event BEFORE INSERT ON agent_run_event
 
 
 # The core chain's head before 0004_fence_guards.
-BEFORE = "0007_schedules"
+BEFORE = "0006_failure_records"
 
 VARIANTS: dict[str, tuple[str, Callable[[], str] | None]] = {
     "before": (BEFORE, None),

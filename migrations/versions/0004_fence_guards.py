@@ -1,7 +1,7 @@
 """The schema enforces the fence on its own, whoever writes (ADRs/0016).
 
 Revision ID: 0004_fence_guards
-Revises: 0007_schedules
+Revises: 0006_failure_records
 
 Every rule about a run is a comparison in a BEFORE trigger, of NEW with OLD or of NEW alone, with
 no table read; only event inserts read their runs (one joined read per statement), since an event
@@ -38,7 +38,7 @@ from types import ModuleType
 from alembic import op
 
 revision = "0004_fence_guards"
-down_revision = "0007_schedules"
+down_revision = "0006_failure_records"
 branch_labels = None
 depends_on = None
 

@@ -28,7 +28,7 @@ WHERE id = %s
 """
 
 RESET = """
-TRUNCATE agent_run, agent_run_event, review_job, agent_subject, agent_workspace,
+TRUNCATE agent_run, agent_run_event, agent_run_failure, review_job, agent_subject, agent_workspace,
          agent_budget_hold
 """
 

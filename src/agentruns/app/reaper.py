@@ -5,6 +5,11 @@ and each take-back is one conditional write in its own transaction. For each exp
 kind's handler locks its domain row, moves it while the run still reads as its lost holder left
 it, and then the run is taken back; if a renewal or another replica won meanwhile, the
 transaction rolls back. A take-back that fails is skipped until the next tick.
+
+A reaper takes back only the kinds it knows: a run of another kind is left for a replica that
+knows it (only its handler may move its domain row), and the reaper says so once per
+``orphan_log_every`` with one warning line per such kind, never a traceback. Each take-back is
+recorded on the run as a failed attempt of class ``lease_expired`` (ADRs/0014).
 """
 
 from __future__ import annotations
@@ -12,12 +17,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from agentruns.app.kinds import RunKinds
 from agentruns.app.metrics import Metrics, NoMetrics
-from agentruns.app.ports import Stores, TakeBack, Transaction
+from agentruns.app.ports import NewFailure, Stores, TakeBack, Transaction
 from agentruns.domain import run as transitions
 from agentruns.domain.backoff import RandomSource
+from agentruns.domain.failure_records import FailureDetail
+from agentruns.domain.failures import FailureClass
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
@@ -37,6 +45,8 @@ class ReapReport:
     overdue_ended: int = 0
     lost_races: int = 0
     failed: int = 0
+    # Expired leases of kinds this reaper does not know, when it last looked (else 0).
+    orphaned: int = 0
 
 
 class AgentRunReaper:
@@ -48,17 +58,27 @@ class AgentRunReaper:
         *,
         batch: int = 500,
         metrics: Metrics | None = None,
+        orphan_log_every: timedelta = timedelta(minutes=1),
     ) -> None:
         self._stores = stores
         self._kinds = kinds
         self._rng = rng
         self._batch = batch
         self._metrics = metrics or NoMetrics()
+        self._orphan_log_every = orphan_log_every
+        self._next_orphan_check: datetime | None = None
 
     async def tick(self) -> ReapReport:
-        """One pass: every expired lease and every overdue queued run seen now."""
+        """One pass: every expired lease and every overdue queued run of a known kind seen now;
+        once per ``orphan_log_every``, a warning per unknown kind with expired leases."""
+        known = self._kinds.names()
+        orphaned = 0
         async with self._stores.scope.transaction() as tx:
-            expired = await self._stores.runs.expired(tx, self._batch)
+            expired = await self._stores.runs.expired(tx, self._batch, kinds=known)
+            now = await self._stores.runs.now(tx)
+            if self._next_orphan_check is None or now >= self._next_orphan_check:
+                self._next_orphan_check = now + self._orphan_log_every
+                orphaned = await self._orphans(tx, known)
         requeued = ended = lost = failed = 0
         for run in expired:
             try:
@@ -77,7 +97,7 @@ class AgentRunReaper:
                 failed += 1
                 log.exception("take-back failed", extra=_context(run))
         async with self._stores.scope.transaction() as tx:
-            overdue = await self._stores.runs.overdue(tx, self._batch)
+            overdue = await self._stores.runs.overdue(tx, self._batch, kinds=known)
         overdue_ended = 0
         for run in overdue:
             try:
@@ -95,7 +115,18 @@ class AgentRunReaper:
             overdue_ended=overdue_ended,
             lost_races=lost,
             failed=failed,
+            orphaned=orphaned,
         )
+
+    async def _orphans(self, tx: Transaction, known: list[str]) -> int:
+        counted = await self._stores.runs.expired_kinds(tx, known)
+        for kind, leases in counted.items():
+            log.warning(
+                "expired leases of a kind this reaper does not know: left for a reaper that "
+                "registers it",
+                extra={"kind": kind, "leases": leases, "known_kinds": ",".join(known)},
+            )
+        return sum(counted.values())
 
     async def _take_back(self, tx: Transaction, seen: AgentRun) -> AgentRun:
         kind = self._kinds.get(seen.kind)
@@ -109,6 +140,7 @@ class AgentRunReaper:
             run, now=now, retry_budget=kind.policy.retry_budget, delay=delay
         )
         await kind.handler.on_take_back(tx, run, change)
+        await self._stores.runs.record_failure(tx, NewFailure(run.id, run.epoch, _expired(run)))
         after = await self._stores.runs.take_back(
             tx, TakeBack(run.id, run.epoch, kind.policy.retry_budget, delay)
         )
@@ -141,6 +173,21 @@ class AgentRunReaper:
                     await stop.wait()
             except TimeoutError:
                 pass
+
+
+def _expired(run: AgentRun) -> FailureDetail:
+    """The failed attempt a take-back records: the holder stopped renewing (it died, stalled, or
+    lost the store) until its lease ran out."""
+    until = "" if run.leased_until is None else f" at {run.leased_until.isoformat()}"
+    return FailureDetail(
+        error_type="LeaseExpired",
+        message=(
+            f"the lease of {run.holder or 'its holder'} at epoch {run.epoch} expired{until}; "
+            "the reaper took the run back"
+        ),
+        failure_class=FailureClass.LEASE_EXPIRED,
+        traceback="",
+    )
 
 
 def _context(run: AgentRun) -> dict[str, object]:

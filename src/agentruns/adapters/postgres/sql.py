@@ -23,7 +23,8 @@ NOW = "COALESCE(CAST(:now AS timestamptz), now())"
 
 RUN_COLUMNS = (
     "id, kind, workspace, subject, band, payload, state, epoch, attempt, seq, enqueued_at, "
-    "due_at, lease, deadline_at, leased_until, holder, end_reason, ended_at, continues"
+    "due_at, lease, deadline_at, leased_until, holder, end_reason, ended_at, continues, "
+    "domain_row, trace_context, last_error_type, last_error, last_failure_class"
 )
 _R_COLUMNS = ", ".join(f"r.{column.strip()}" for column in RUN_COLUMNS.split(","))
 
@@ -41,6 +42,9 @@ _BIND_TYPES: dict[str, TypeEngine[Any]] = {
     "data": JSONB(),
     "kinds": ARRAY(Text),
     "names": ARRAY(Text),
+    # The enqueuer's trace context: NULL when there is none, not the JSON null.
+    "trace_context": JSONB(none_as_null=True),
+    "excluding": ARRAY(Text),
 }
 
 
@@ -58,12 +62,13 @@ NOW_SELECT = statement(f"SELECT {NOW} AS now")
 INSERT_RUN = statement(f"""
 WITH clock AS (SELECT {NOW} AS now)
 INSERT INTO agent_run (id, kind, workspace, subject, band, payload, state, epoch, attempt,
-                       enqueued_at, due_at, lease, deadline_at, continues)
+                       enqueued_at, due_at, lease, deadline_at, continues, domain_row,
+                       trace_context)
 SELECT :id, :kind, :workspace, :subject, :band, :payload, 'queued', :epoch, :attempt,
        clock.now, COALESCE(CAST(:due_at AS timestamptz), clock.now), :lease,
        COALESCE(CAST(:deadline_at AS timestamptz),
                 clock.now + CAST(:deadline_after AS interval)),
-       :continues
+       :continues, :domain_row, :trace_context
 FROM clock
 RETURNING {RUN_COLUMNS}
 """)
@@ -112,9 +117,17 @@ RETURNING {RUN_COLUMNS}
 # Replicas share the reaping: a run another replica is taking back (its row locked) is skipped.
 EXPIRED = statement(f"""
 SELECT {RUN_COLUMNS} FROM agent_run
-WHERE state = 'leased' AND leased_until <= {NOW}
+WHERE state = 'leased' AND leased_until <= {NOW} AND {_KINDS.format(kind="kind")}
 ORDER BY leased_until, seq LIMIT :limit
 FOR UPDATE SKIP LOCKED
+""")
+
+# Expired leases no reaper of the given kinds will take back (ADRs/0014): left for a replica
+# that knows their kind, and counted so the reaper can say so once in a while.
+EXPIRED_KINDS = statement(f"""
+SELECT kind, count(*) AS leases FROM agent_run
+WHERE state = 'leased' AND leased_until <= {NOW} AND kind <> ALL(CAST(:excluding AS text[]))
+GROUP BY kind ORDER BY kind
 """)
 
 _TAKE_BACK_REASON = (
@@ -143,7 +156,39 @@ RETURNING {RUN_COLUMNS}
 OVERDUE = statement(f"""
 SELECT {RUN_COLUMNS} FROM agent_run
 WHERE state = 'queued' AND deadline_at IS NOT NULL AND deadline_at <= {NOW}
+  AND {_KINDS.format(kind="kind")}
 ORDER BY deadline_at, seq LIMIT :limit
+""")
+
+# A failed attempt (ADRs/0014): the run, still leased at the failure's epoch, takes it as its
+# last failure (a leased -> leased update: no head moves, no wake-up) and the record is appended,
+# in one statement. Written only on failure, never on a successful step or end.
+_FAILURE_COLUMNS = (
+    "run_id, id, epoch, attempt, holder, error_type, message, failure_class, traceback, recorded_at"
+)
+
+RECORD_FAILURE = statement(f"""
+WITH clock AS (SELECT {NOW} AS now),
+noted AS (
+    UPDATE agent_run SET last_error_type = :error_type, last_error = :message,
+                         last_failure_class = :failure_class
+    FROM clock WHERE id = :run_id AND epoch = :epoch AND state = 'leased'
+    RETURNING id, epoch, attempt, holder, clock.now AS now
+)
+INSERT INTO agent_run_failure (run_id, epoch, attempt, holder, error_type, message,
+                               failure_class, traceback, recorded_at)
+SELECT noted.id, noted.epoch, noted.attempt, noted.holder, :error_type, :message,
+       :failure_class, :traceback, noted.now
+FROM noted
+RETURNING {_FAILURE_COLUMNS}
+""")
+
+CONTINUATION_OF = statement(f"""
+SELECT {RUN_COLUMNS} FROM agent_run WHERE continues = :run_id ORDER BY seq LIMIT 1
+""")
+
+LIST_FAILURES = statement(f"""
+SELECT {_FAILURE_COLUMNS} FROM agent_run_failure WHERE run_id = :run_id ORDER BY id
 """)
 
 PURGE = statement("""
