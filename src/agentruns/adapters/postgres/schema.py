@@ -78,6 +78,7 @@ agent_run = Table(
     Column("last_error_type", Text),
     Column("last_error", Text),
     Column("last_failure_class", Text),
+    Column("claimed_at", TZ),
     CheckConstraint("state IN ('queued', 'leased', 'ended')", name="ck_agent_run_state"),
     CheckConstraint("band BETWEEN 0 AND 2", name="ck_agent_run_band"),
     CheckConstraint("epoch >= 0 AND attempt >= 0", name="ck_agent_run_counts"),
@@ -116,6 +117,36 @@ Index(
     postgresql_where=text("continues IS NOT NULL"),
 )
 Index("ix_agent_run_ended_at", agent_run.c.ended_at, postgresql_where=text("state = 'ended'"))
+
+# The console's list and overview (migrations/versions/0009_console_indexes.py): each partial
+# on one state, so only a row version entering that state writes it (ADRs/0018).
+_ENDED = text("state = 'ended'")
+Index("ix_agent_run_queued_seq", agent_run.c.seq, postgresql_where=_QUEUED)
+Index(
+    "ix_agent_run_queued_console",
+    agent_run.c.workspace,
+    agent_run.c.subject,
+    agent_run.c.seq,
+    postgresql_include=["band", "kind", "due_at"],
+    postgresql_where=_QUEUED,
+)
+Index("ix_agent_run_ended_seq", agent_run.c.seq, postgresql_where=_ENDED)
+Index(
+    "ix_agent_run_ended_workspace", agent_run.c.workspace, agent_run.c.seq, postgresql_where=_ENDED
+)
+Index(
+    "ix_agent_run_ended_subject",
+    agent_run.c.workspace,
+    agent_run.c.subject,
+    agent_run.c.seq,
+    postgresql_where=_ENDED,
+)
+Index(
+    "ix_agent_run_ended_unsuccessful",
+    agent_run.c.end_reason,
+    agent_run.c.seq,
+    postgresql_where=text("state = 'ended' AND end_reason <> 'completed'"),
+)
 
 # One row per subject naming its offered head: the first queued run in queue order, or nothing
 # while the subject has a leased run. Kept by the trigger agent_run_bookkeeping; the claim reads
@@ -178,6 +209,7 @@ agent_run_failure = Table(
     Column("recorded_at", TZ, nullable=False),
 )
 Index("ix_agent_run_failure_run", agent_run_failure.c.run_id, agent_run_failure.c.id)
+Index("ix_agent_run_failure_recorded", agent_run_failure.c.recorded_at)
 
 # A sandbox's row owns its claim (migrations/versions/0002_sandboxes.py; the trigger
 # guard_agent_sandbox keeps the state table and the identity).
