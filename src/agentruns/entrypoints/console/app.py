@@ -300,6 +300,7 @@ class _Console:
         query = request.query_params
         filters = {name: _text(query, name) for name in _RUN_FILTERS}
         limit = _integer(query, "limit", PAGE, 1, MAX_PAGE)
+        now = await self._now() if filters["after"] or filters["before"] else None
         page: RunPage = await self._services.runs.list_runs(
             workspace=filters["workspace"],
             subject=filters["subject"],
@@ -307,8 +308,8 @@ class _Console:
             state=filters["state"],
             reason=filters["reason"],
             band=filters["band"],
-            enqueued_after=_when(filters["after"], "after"),
-            enqueued_before=_when(filters["before"], "before"),
+            enqueued_after=_when(filters["after"], "after", now),
+            enqueued_before=_when(filters["before"], "before", now),
             limit=limit,
             cursor=_text(query, "cursor"),
         )
@@ -334,9 +335,9 @@ class _Console:
 
     async def run_page(self, request: Request) -> Response:
         run_id = _run_id(request.path_params["run_id"])
+        after = _integer(request.query_params, "events_after", 0, 0, 2**31 - 1)
         runs = self._services.runs
         run = await runs.get(run_id)
-        after = _integer(request.query_params, "events_after", 0, 0, 2**31 - 1)
         events = await runs.events(run_id, after_seq=after, limit=EVENTS_PAGE + 1)
         failures = await runs.failures(run_id)
         continued = await runs.get(run.continues) if run.continues else None
@@ -576,14 +577,17 @@ def _run_id(text: str) -> UUID:
         raise Refused(400, "That is not a run id (a UUID).") from None
 
 
-def _when(text: str | None, name: str) -> datetime | None:
-    """A time given as ISO 8601 (UTC unless it says its zone) or as a duration ago (``2h``)."""
-    if text is None:
+def _when(text: str | None, name: str, now: datetime | None) -> datetime | None:
+    """A time given as ISO 8601 (UTC unless it says its zone) or as a duration before ``now``
+    (``2h``, on the store's clock)."""
+    if text is None or now is None:
         return None
     try:
-        return datetime.now(UTC) - parse_duration(text)
+        return now - parse_duration(text)
     except AgentRunsError:
         pass
+    except OverflowError:
+        raise Refused(400, f"{name} is within a century.") from None
     try:
         found = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
