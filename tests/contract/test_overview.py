@@ -62,7 +62,7 @@ async def test_the_overview_counts_each_state_and_each_minute(
     await runs.enqueue("sweep", workspace="globex", subject="s:1", band=Band.BACKGROUND)
     clock.advance(timedelta(seconds=5))
     # Minute 12:00: four claims; one completes, one fails and is requeued, one dead-letters.
-    done, failed, dead, lost = await runs.claim("w1", limit=4)
+    done, failed, dead, _lost = await runs.claim("w1", limit=4)
     clock.advance(timedelta(seconds=15))
     await runs.end(done.fence, TerminationReason.COMPLETED)
     await runs.requeue(
@@ -126,9 +126,7 @@ async def test_workspace_loads_show_queued_leased_oldest_due_and_holds(
 ) -> None:
     await runs.enqueue("chat", workspace="acme", subject="a:1", band=Band.INTERACTIVE)
     await runs.enqueue("chat", workspace="acme", subject="a:2", band=Band.BACKGROUND)
-    await runs.enqueue(
-        "chat", workspace="acme", subject="a:3", due_at=START + timedelta(hours=1)
-    )
+    await runs.enqueue("chat", workspace="acme", subject="a:3", due_at=START + timedelta(hours=1))
     await runs.enqueue("chat", workspace="globex", subject="g:1")
     backend.clock.advance(timedelta(seconds=30))
     [leased] = await runs.claim("w1", limit=1)
@@ -208,4 +206,5 @@ async def test_events_come_a_page_at_a_time_and_a_continuation_is_found(
     assert await runs.continued_by(run.id) is None
     later = await runs.retry(run.id)
     continued = await runs.continued_by(run.id)
-    assert continued is not None and continued.id == later.id
+    assert continued is not None
+    assert continued.id == later.id

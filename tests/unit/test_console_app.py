@@ -96,7 +96,8 @@ async def test_every_page_renders(client: AgentRunsClient) -> None:
             answer = await http.get(path)
             assert answer.status_code == 200, (path, answer.text[:500])
         run_page = (await http.get(f"/runs/{dead.id}")).text
-    assert "bad key" in run_page and "not_retryable" in run_page
+    assert "bad key" in run_page
+    assert "not_retryable" in run_page
     assert 'data-epoch="1"' in run_page
     assert "more characters not shown" in run_page  # the 6,000-character note is cut
 
@@ -192,7 +193,8 @@ async def test_retrying_a_dead_letter_continues_it(client: AgentRunsClient) -> N
         answer = await http.post("/actions/retry", data={"csrf": _csrf(page), "run": str(dead.id)})
         assert answer.status_code == 303
         later = await client.runs.continued_by(dead.id)
-        assert later is not None and answer.headers["location"].startswith(f"/runs/{later.id}")
+        assert later is not None
+        assert answer.headers["location"].startswith(f"/runs/{later.id}")
         # A second retry of the same run is refused: it was continued already.
         again = await http.get(f"/runs/{dead.id}")
         assert 'id="retry-run"' not in again.text
@@ -212,7 +214,8 @@ async def test_workspace_and_schedule_actions(client: AgentRunsClient) -> None:
         await http.post("/actions/release", data={"csrf": token, "workspace": "acme"})
         await http.post("/actions/deactivate", data={"csrf": token, "workspace": "acme"})
         page = (await http.get("/workspaces")).text
-        assert "budget held" not in page and "inactive" in page
+        assert "budget held" not in page
+        assert "inactive" in page
         await http.post("/actions/pause", data={"csrf": token, "schedule": "nightly"})
         assert (await client.schedules.get("nightly")).paused
         await http.post("/actions/resume", data={"csrf": token, "schedule": "nightly"})
@@ -224,7 +227,8 @@ async def test_a_read_only_console_offers_and_accepts_no_action(client: AgentRun
     async with _http(create_console(client, read_only=True)) as http:
         token = "forged-token-forged-token"
         page = (await http.get(f"/runs/{dead.id}")).text
-        assert "read-only" in page and "/confirm?" not in page
+        assert "read-only" in page
+        assert "/confirm?" not in page
         assert "/confirm?" not in (await http.get("/workspaces")).text
         assert (await http.get(f"/confirm?action=retry&run={dead.id}")).status_code == 403
         answer = await http.post("/actions/retry", data={"csrf": token, "run": str(dead.id)})
@@ -247,7 +251,8 @@ async def test_without_the_credential_no_data_is_served(client: AgentRunsClient)
             ):
                 answer = await http.get(path, headers=headers)
                 assert answer.status_code == 401
-                assert SECRET not in answer.text and "doc:" not in answer.text
+                assert SECRET not in answer.text
+                assert "doc:" not in answer.text
         assert (await http.get("/static/console.css")).status_code == 200
         basic = base64.b64encode(b"ops:correct-horse").decode()
         assert (await http.get("/runs", headers={"authorization": f"Basic {basic}"})).is_success
@@ -280,3 +285,22 @@ def test_console_access_refuses_a_weak_or_half_credential() -> None:
     ):
         with pytest.raises(ValueError, match="console"):
             ConsoleAccess(**options)  # type: ignore[arg-type]
+
+
+def test_the_command_refuses_a_network_address_without_a_credential(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agentruns.entrypoints.cli.main import app
+
+    for name in ("AGENTRUNS_CONSOLE_TOKEN", "AGENTRUNS_CONSOLE_USER", "AGENTRUNS_CONSOLE_PASSWORD"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(SystemExit) as exited:
+        app(["console", "--host", "0.0.0.0"], prog_name="agentruns")
+    assert exited.value.code == 1
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("agentruns: error: --host 0.0.0.0 is not this machine only")
+    monkeypatch.setenv("AGENTRUNS_CONSOLE_TOKEN", "short")
+    with pytest.raises(SystemExit):
+        app(["console", "--host", "10.0.0.1"], prog_name="agentruns")
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "a console token has at least 8 characters" in line

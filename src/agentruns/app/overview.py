@@ -23,12 +23,16 @@ import math
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 from agentruns.app.ports import BudgetHold
 from agentruns.domain.bands import Band
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
+
+if TYPE_CHECKING:
+    from agentruns.app.stats import ExpiredLeases
 
 #: The failure class of a reaper's take-back (``FailureClass.LEASE_EXPIRED``).
 LOST_LEASE_CLASS = "lease_expired"
@@ -110,6 +114,16 @@ class Overview:
     expiring: tuple[ExpiringLease, ...]
     expiring_total: int
     soon: timedelta
+    expired_by_kind: tuple[ExpiredLeases, ...] = ()
+
+    def orphaned(self, after: timedelta) -> tuple[ExpiredLeases, ...]:
+        """Kinds whose oldest expired lease has waited longer than ``after`` for a reaper (as
+        :meth:`RunStatus.orphaned <agentruns.app.stats.RunStatus.orphaned>`)."""
+        return tuple(
+            leases
+            for leases in self.expired_by_kind
+            if self.now - leases.oldest_leased_until > after
+        )
 
     def total(
         self,

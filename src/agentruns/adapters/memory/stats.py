@@ -210,6 +210,7 @@ class MemoryRunStats(RunStats):
             ),
             expiring_total=len(leases),
             soon=soon,
+            expired_by_kind=_expired_by_kind(everything, now),
         )
 
     async def workspace_loads(self, tx: Transaction) -> WorkspaceLoads:

@@ -205,7 +205,7 @@ DELETE FROM agent_run WHERE id IN (SELECT id FROM doomed) RETURNING id
 # set of filters given, so each runs on a generic plan of its own that never tests a parameter
 # for NULL (ADRs/0011: every statement runs on its generic plan). The runs of each state are a
 # branch of their own whose state is written out, so each branch reads its state's partial
-# indexes in queue order and a merge of the three gives the page (ADRs/0018): the console's
+# indexes in queue order and the first page of the three gives the page (ADRs/0018): the console's
 # indexes are written only when a row enters their state, never by a renewal.
 _LIST_FILTERS = {
     "workspace": "workspace = :workspace",
@@ -251,7 +251,11 @@ def _list_runs(filters: frozenset[str], state: str | None, success: bool | None)
     ] or [f"SELECT {RUN_COLUMNS} FROM agent_run WHERE false"]
     if len(branches) == 1:
         return statement(f"{branches[0]}\nORDER BY seq DESC LIMIT :limit")
-    union = "\n  UNION ALL\n  ".join(branches)
+    # Each branch takes its own first page from its index, so the merge sorts three pages at
+    # most, whatever the size of the table.
+    union = "\n  UNION ALL\n  ".join(
+        f"({branch} ORDER BY seq DESC LIMIT :limit)" for branch in branches
+    )
     return statement(f"""
 SELECT * FROM (
   {union}

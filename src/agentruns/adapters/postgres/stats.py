@@ -274,6 +274,10 @@ class PostgresRunStats(RunStats):
             ),
             expiring_total=int(expiring_rows[0]["total"]) if expiring_rows else 0,
             soon=soon,
+            expired_by_kind=tuple(
+                ExpiredLeases(row["kind"], int(row["leases"]), row["oldest"])
+                for row in await fetch(tx, EXPIRED_BY_KIND, self._params())
+            ),
         )
 
     async def workspace_loads(self, tx: Transaction) -> WorkspaceLoads:

@@ -258,9 +258,7 @@ class _Console:
 
     async def _overview_context(self) -> dict[str, Any]:
         found = await self._overview()
-        async with self._services.scope.transaction() as tx:
-            status = await self._services.stats.status(tx)
-        orphaned = status.orphaned(self._services.soon * 3)
+        orphaned = found.orphaned(self._services.soon * 3)
         return {
             "page": "overview",
             "o": found,
@@ -268,7 +266,7 @@ class _Console:
             "states": [AgentRunState.QUEUED, AgentRunState.LEASED, AgentRunState.ENDED],
             "chart": views.minute_chart(found.minutes),
             "orphaned": orphaned,
-            "expired": status.expired_by_kind,
+            "expired": found.expired_by_kind,
             "last_minute": found.minutes[-1] if found.minutes else None,
         }
 
