@@ -32,7 +32,8 @@ from agentruns.domain.errors import (
 _REFUSALS = {
     "guard_agent_run": "the run's state table or identity",
     "review_job_run_agrees": "a review job must agree with its run",
-    "uq_agent_run_leased_subject": "at most one run of a subject is leased",
+    "uq_agent_run_head": "a subject has one head run (its leased run, or its first queued one)",
+    "ck_agent_run_head": "a leased run is its subject's head, an ended run is not",
     "agent_run_pkey": "a run with this id exists already",
     "review_job_pkey": "a review job for this run exists already",
     "guard_agent_sandbox": "the sandbox's state table or identity",

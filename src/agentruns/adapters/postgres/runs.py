@@ -44,11 +44,9 @@ from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
 
-# Candidates ranked beyond the limit, so claimers racing for the same first heads (each skips
-# the rows another holds locked) still fill their batch.
+# Candidates a kinds-restricted claim ranks beyond its limit, so claimers racing for the same
+# first heads (each skips the rows another holds locked) still fill their batch.
 CLAIM_MARGIN = 8
-# How far down the order a claim looks when other claimers hold the candidates ahead.
-MAX_POOL = 4096
 
 
 def run_from_row(row: RowMapping) -> AgentRun:
@@ -159,35 +157,33 @@ class PostgresRunStore(RunStore):
     async def claim(self, tx: Tx, request: ClaimRequest) -> list[AgentRun]:
         if request.limit <= 0:
             return []
-        params = self._params(
-            holder=request.holder,
-            aging=request.band_aging,
-            kinds=None if request.kinds is None else list(request.kinds),
-        )
+        params = self._params(holder=request.holder, aging=request.band_aging)
         if request.subject is not None:
+            workspace, subject = request.subject
             rows = await fetch(
                 tx,
                 sql.CLAIM_SUBJECT,
                 {
                     **params,
-                    "workspace": request.subject[0],
-                    "subject": request.subject[1],
-                    "limit": 1,
+                    "workspace": workspace,
+                    "subject": subject,
+                    "kinds": None if request.kinds is None else list(request.kinds),
                 },
             )
-            return [run_from_row(row) for row in rows if row["id"] is not None]
-        claimed: list[RowMapping] = []
-        pool = request.limit + CLAIM_MARGIN
-        while True:
-            wanted = request.limit - len(claimed)
-            rows = await fetch(tx, sql.CLAIM, {**params, "limit": wanted, "pool": pool})
-            claimed.extend(sorted((row for row in rows if row["id"] is not None), key=_claim_key))
-            # Every ranked candidate was seen (fewer than the pool), or the batch is full: done.
-            # Else other claimers held the candidates this pool ranked: look further down.
-            if len(claimed) >= request.limit or rows[0]["offered"] < pool or pool >= MAX_POOL:
-                break
-            pool *= 4
-        return [run_from_row(row) for row in claimed]
+        elif request.kinds is not None:
+            rows = await fetch(
+                tx,
+                sql.CLAIM_KINDS,
+                {
+                    **params,
+                    "kinds": list(request.kinds),
+                    "limit": request.limit,
+                    "pool": request.limit * 4 + CLAIM_MARGIN,
+                },
+            )
+        else:
+            rows = await fetch(tx, sql.CLAIM, {**params, "limit": request.limit})
+        return [run_from_row(row) for row in sorted(rows, key=_claim_key)]
 
     async def require_current(self, tx: Tx, fence: AgentRunFence) -> AgentRun:
         run = await self._one(tx, sql.REQUIRE_CURRENT, **_fence_params(fence))
