@@ -197,6 +197,14 @@ class RunStore(Protocol):
         expired; ``None`` (nothing written) when a renewal or another replica won."""
         ...
 
+    async def take_back_many(
+        self, tx: Transaction, take_backs: Sequence[TakeBack]
+    ) -> list[AgentRun]:
+        """:meth:`take_back` for many runs at once, set-based (runs of kinds without a domain
+        row): each still conditional on its epoch and expiry, so a renewal that committed first
+        wins. The runs taken back, in no particular order; one that lost is not among them."""
+        ...
+
     async def overdue(self, tx: Transaction, limit: int) -> list[AgentRun]:
         """QUEUED runs past their deadline, without locking them (the reaper ends each in its
         own transaction, domain row first)."""

@@ -1,10 +1,13 @@
 """``AgentRunReaper``: takes back expired leases and ends overdue runs, on every replica.
 
-No leader: replicas share the work because the store lists expired leases with ``SKIP LOCKED``
-and each take-back is one conditional write in its own transaction. For each expired lease the
-kind's handler locks its domain row, moves it while the run still reads as its lost holder left
-it, and then the run is taken back; if a renewal or another replica won meanwhile, the
-transaction rolls back. A take-back that fails is skipped until the next tick.
+No leader: replicas share the work because the store lists expired leases with ``SKIP LOCKED``.
+Runs of kinds without a domain row are taken back set-based, a batch in one transaction that
+keeps the listed rows locked, each row still conditional on its epoch and expiry (ADRs/0013), so a
+renewal that committed first wins. For a kind with a domain row, each take-back is one
+conditional write in its own transaction: the kind's handler locks its domain row, moves it
+while the run still reads as its lost holder left it, and then the run is taken back; if a
+renewal or another replica won meanwhile, the transaction rolls back. A take-back that fails is
+skipped until the next tick.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from agentruns.app.kinds import RunKinds
+from agentruns.app.kinds import NoDomainRow, RunKinds
 from agentruns.app.metrics import Metrics, NoMetrics
 from agentruns.app.ports import Stores, TakeBack, Transaction
 from agentruns.domain import run as transitions
@@ -27,6 +30,14 @@ log = logging.getLogger("agentruns.reaper")
 
 class _Lost(Exception):
     """A renewal or another replica won: roll the take-back's transaction back."""
+
+
+@dataclass(slots=True)
+class _Counts:
+    requeued: int = 0
+    ended: int = 0
+    lost: int = 0
+    failed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,24 +68,37 @@ class AgentRunReaper:
 
     async def tick(self) -> ReapReport:
         """One pass: every expired lease and every overdue queued run seen now."""
-        async with self._stores.scope.transaction() as tx:
-            expired = await self._stores.runs.expired(tx, self._batch)
-        requeued = ended = lost = failed = 0
+        counts = _Counts()
+        taken: list[AgentRun] = []
+        expired: list[AgentRun] = []
+        bulk: list[AgentRun] = []
+        try:
+            async with self._stores.scope.transaction() as tx:
+                # The listed rows stay locked until the batch is written: another replica
+                # skips them and takes the next ones.
+                expired = await self._stores.runs.expired(tx, self._batch)
+                bulk = [run for run in expired if self._in_bulk(run)]
+                taken = await self._take_back_many(tx, bulk)
+        except Exception:
+            if not bulk:
+                raise  # the listing itself failed: the tick fails, as it always did
+            counts.failed += len(bulk)  # the whole batch waits for the next tick
+            log.exception("set-based take-back failed; retried on the next tick")
+        else:
+            counts.lost += len(bulk) - len(taken)
+        for after in taken:
+            self._count(counts, after)
         for run in expired:
+            if self._in_bulk(run):
+                continue
             try:
                 async with self._stores.scope.transaction() as tx:
                     after = await self._take_back(tx, run)
-                if after.state is AgentRunState.QUEUED:
-                    requeued += 1
-                else:
-                    ended += 1
-                    if after.end_reason is not None:
-                        self._metrics.ended(after.kind, after.end_reason)
-                self._metrics.taken_back(after.kind, after.state is AgentRunState.QUEUED)
+                self._count(counts, after)
             except _Lost:
-                lost += 1
+                counts.lost += 1
             except Exception:  # skipped until the next tick; the others go on
-                failed += 1
+                counts.failed += 1
                 log.exception("take-back failed", extra=_context(run))
         async with self._stores.scope.transaction() as tx:
             overdue = await self._stores.runs.overdue(tx, self._batch)
@@ -86,16 +110,45 @@ class AgentRunReaper:
                         overdue_ended += 1
                         self._metrics.ended(run.kind, TerminationReason.DEADLINE_EXCEEDED)
             except Exception:
-                failed += 1
+                counts.failed += 1
                 log.exception("ending an overdue run failed", extra=_context(run))
         return ReapReport(
-            taken_back=requeued + ended,
-            requeued=requeued,
-            ended=ended,
+            taken_back=counts.requeued + counts.ended,
+            requeued=counts.requeued,
+            ended=counts.ended,
             overdue_ended=overdue_ended,
-            lost_races=lost,
-            failed=failed,
+            lost_races=counts.lost,
+            failed=counts.failed,
         )
+
+    def _count(self, counts: _Counts, after: AgentRun) -> None:
+        if after.state is AgentRunState.QUEUED:
+            counts.requeued += 1
+        else:
+            counts.ended += 1
+            if after.end_reason is not None:
+                self._metrics.ended(after.kind, after.end_reason)
+        self._metrics.taken_back(after.kind, after.state is AgentRunState.QUEUED)
+
+    def _in_bulk(self, run: AgentRun) -> bool:
+        """A run whose kind has no handler hooks at all is taken back set-based; a handler of
+        its own (a subclass too) keeps the one-run path, and so does an unknown kind, which
+        that path reports."""
+        return run.kind in self._kinds and type(self._kinds.get(run.kind).handler) is NoDomainRow
+
+    async def _take_back_many(self, tx: Transaction, runs: list[AgentRun]) -> list[AgentRun]:
+        """One statement for the batch; each run's delay drawn as the one-run path draws it."""
+        if not runs:
+            return []
+        take_backs = []
+        for run in runs:
+            policy = self._kinds.get(run.kind).policy
+            delay = policy.backoff.delay(run.attempt + 1, self._rng)
+            take_backs.append(TakeBack(run.id, run.epoch, policy.retry_budget, delay))
+        taken = await self._stores.runs.take_back_many(tx, take_backs)
+        for after in taken:
+            log.info("lease taken back", extra={**_context(after), "to": str(after.state)})
+        return taken
 
     async def _take_back(self, tx: Transaction, seen: AgentRun) -> AgentRun:
         kind = self._kinds.get(seen.kind)

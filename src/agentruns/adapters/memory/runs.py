@@ -187,6 +187,12 @@ class MemoryRunStore(RunStore):
         )
         return self._write(tx, run.apply(change))
 
+    async def take_back_many(
+        self, tx: Transaction, take_backs: Sequence[TakeBack]
+    ) -> list[AgentRun]:
+        taken = [await self.take_back(tx, take_back) for take_back in take_backs]
+        return [run for run in taken if run is not None]
+
     async def overdue(self, tx: Transaction, limit: int) -> list[AgentRun]:
         self._database.check(tx)
         now = self._clock.now()

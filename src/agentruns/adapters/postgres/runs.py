@@ -280,6 +280,18 @@ class PostgresRunStore(RunStore):
             delay=take_back.delay,
         )
 
+    async def take_back_many(self, tx: Tx, take_backs: Sequence[TakeBack]) -> list[AgentRun]:
+        if not take_backs:
+            return []
+        return await self._many(
+            tx,
+            sql.TAKE_BACK_MANY,
+            ids=[take_back.run_id for take_back in take_backs],
+            epochs=[take_back.epoch for take_back in take_backs],
+            budgets=[take_back.retry_budget for take_back in take_backs],
+            delays=[take_back.delay for take_back in take_backs],
+        )
+
     async def overdue(self, tx: Tx, limit: int) -> list[AgentRun]:
         return await self._many(tx, sql.OVERDUE, limit=limit)
 
