@@ -2,7 +2,7 @@
 PYTHON ?= python3
 VENV := .venv
 BIN := $(VENV)/bin
-LINTED := src tests $(wildcard bench migrations)
+LINTED := src tests examples $(wildcard bench migrations)
 
 .PHONY: demo test lint typecheck imports unit install clean bench depth faults
 
@@ -23,7 +23,7 @@ lint: install
 	$(BIN)/ruff format --check $(LINTED)
 
 typecheck: install
-	$(BIN)/mypy --strict src
+	$(BIN)/mypy --strict src examples
 
 imports: install
 	$(BIN)/lint-imports

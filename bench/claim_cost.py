@@ -16,10 +16,10 @@ import sys
 import time
 
 import psycopg
-from tests.postgres_server import cloned_database, create_template, server_url
 
 from agentruns.adapters.postgres import sql
 from bench.population import populate
+from tests.postgres_server import cloned_database, create_template, server_url
 
 REPEAT = 15
 

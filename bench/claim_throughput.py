@@ -15,12 +15,12 @@ import asyncio
 import time
 
 import psycopg
-from tests.postgres_server import cloned_database, create_template, server_url
 
 from agentruns.adapters.postgres import close_postgres_stores, make_postgres_stores
 from agentruns.app.ports import ClaimRequest
 from agentruns.domain.termination import TerminationReason
 from bench.population import populate
+from tests.postgres_server import cloned_database, create_template, server_url
 
 RUNS = 20_000
 

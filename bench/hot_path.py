@@ -24,7 +24,6 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 
 import psycopg
-from tests.postgres_server import cloned_database, create_template, server_url
 
 from agentruns.adapters.postgres import close_postgres_stores, make_postgres_stores
 from agentruns.app.kinds import RunKind, RunKinds, StepEvent
@@ -35,6 +34,7 @@ from agentruns.domain.kinds import RunKindPolicy
 from agentruns.domain.run import AgentRun
 from agentruns.domain.termination import TerminationReason
 from bench.population import populate
+from tests.postgres_server import cloned_database, create_template, server_url
 
 
 async def _one_step(run: AgentRun) -> AsyncIterator[StepEvent]:

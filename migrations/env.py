@@ -1,7 +1,8 @@
 """Alembic environment: runs the revisions on the connection handed in, or on the configured URL.
 
 ``agentruns.adapters.postgres.migrate`` hands a connection in through ``config.attributes``; the
-``alembic`` command line uses ``sqlalchemy.url`` from its configuration instead.
+``alembic`` command line uses ``sqlalchemy.url`` from its configuration instead. A host's chain
+of revisions runs here too, recorded in the version table it names (``version_table``).
 """
 
 from __future__ import annotations
@@ -13,7 +14,8 @@ config = context.config
 
 
 def _run(connection: Connection) -> None:
-    context.configure(connection=connection, transactional_ddl=True)
+    version_table = config.attributes.get("version_table", "alembic_version")
+    context.configure(connection=connection, transactional_ddl=True, version_table=version_table)
     with context.begin_transaction():
         context.run_migrations()
 

@@ -1,20 +1,23 @@
 """Test-wide settings: hypothesis profiles (``HYPOTHESIS_PROFILE=ci`` in CI), and PostgreSQL.
 
-``postgres_url`` is a database of its own for one test, cloned from a migrated template on the
-session's server (embedded unless ``AGENTRUNS_TEST_DATABASE_URL`` names one); the server starts
-only when a test asks for it.
+PostgreSQL comes from agentruns' own pytest plugin (``agentruns.testing.plugin``), as a host's
+tests get it: one server per session (embedded unless ``AGENTRUNS_TEST_DATABASE_URL`` names
+one), started only when a test asks for it. ``postgres_url`` is a database of one test's own,
+cloned from a template migrated with agentruns' schema and the review example's chain.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Iterator
+from collections.abc import Sequence
 from datetime import timedelta
 
 import pytest
 from hypothesis import HealthCheck, settings
 
-from tests.postgres_server import cloned_database, create_template, server_url
+from agentruns.adapters.postgres.migrate import MigrationChain
+from agentruns.testing import PostgresTestServer
+from tests.postgres_server import CHAINS
 
 settings.register_profile("dev", max_examples=100, deadline=timedelta(seconds=2))
 settings.register_profile(
@@ -29,15 +32,18 @@ settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "dev"))
 
 
 @pytest.fixture(scope="session")
-def postgres_server() -> Iterator[str]:
-    """The session's server URL, with the migrated template database made."""
-    with server_url() as url:
-        create_template(url)
-        yield url
+def agentruns_migrations() -> Sequence[MigrationChain]:
+    """The contract kinds include the review example's kind: its table is in every database."""
+    return CHAINS
+
+
+@pytest.fixture(scope="session")
+def postgres_server(agentruns_server: PostgresTestServer) -> str:
+    """The session's server URL (its ``postgres`` database)."""
+    return agentruns_server.url
 
 
 @pytest.fixture
-def postgres_url(postgres_server: str) -> Iterator[str]:
+def postgres_url(agentruns_database_url: str) -> str:
     """A migrated database of this test's own, dropped after it."""
-    with cloned_database(postgres_server) as url:
-        yield url
+    return agentruns_database_url

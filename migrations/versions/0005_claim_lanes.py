@@ -1,7 +1,7 @@
 """The claim at scale: head runs, workspace lanes in claim order, and a ledger (ADRs/0013).
 
 Revision ID: 0005_claim_lanes
-Revises: 0003_workspace_subjects
+Revises: 0008_review_example_out
 
 A subject's head is now a flag on its run (``head``): the subject's leased run, or else its
 first queued run. ``uq_agent_run_head`` allows one head per (workspace, subject), and a leased
@@ -32,7 +32,7 @@ from types import ModuleType
 from alembic import op
 
 revision = "0005_claim_lanes"
-down_revision = "0003_workspace_subjects"
+down_revision = "0008_review_example_out"
 branch_labels = None
 depends_on = None
 
@@ -42,6 +42,8 @@ DROP FUNCTION agent_run_bookkeeping();
 
 ALTER TABLE agent_run ADD COLUMN head boolean NOT NULL DEFAULT false;
 ALTER TABLE agent_run SET (fillfactor = 80);
+-- Filling the new column moves no run: the state guard (which knows no heads yet) stands aside.
+ALTER TABLE agent_run DISABLE TRIGGER guard_agent_run;
 UPDATE agent_run SET head = true WHERE state = 'leased';
 UPDATE agent_run r SET head = true
     FROM (SELECT DISTINCT ON (q.workspace, q.subject) q.id
@@ -51,6 +53,7 @@ UPDATE agent_run r SET head = true
               WHERE l.workspace = q.workspace AND l.subject = q.subject AND l.state = 'leased')
           ORDER BY q.workspace, q.subject, q.seq) h
     WHERE r.id = h.id;
+ALTER TABLE agent_run ENABLE TRIGGER guard_agent_run;
 ALTER TABLE agent_run ADD CONSTRAINT ck_agent_run_head
     CHECK ((state <> 'leased' OR head) AND (state <> 'ended' OR NOT head));
 

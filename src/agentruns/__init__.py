@@ -1,7 +1,229 @@
 """agentruns: durable leases of long-running AI-agent work on PostgreSQL.
 
-Importing the package opens no connection and reads no environment; compose it through
-:mod:`agentruns.entrypoints.container` or, in tests, :mod:`agentruns.testing`.
+Everything a host uses is a name of this package (``__all__``, pinned by a test); a host's tests
+use :mod:`agentruns.testing` too. Any other module may move. ::
+
+    import asyncio
+    import agentruns
+
+    async def main() -> None:
+        async with agentruns.connect(kinds=KINDS) as client:   # the embedded PostgreSQL
+            await client.runs.enqueue("review", workspace="acme", subject="pull-request:42")
+
+    asyncio.run(main())
+
+Importing agentruns opens no connection, reads no environment and imports no driver: each name
+is loaded from its module the first time it is used.
 """
 
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING
+
 __version__ = "0.1.0"
+
+# Each public name and the module it lives in (loaded on first use).
+_HOMES: dict[str, str] = {
+    # Connecting, settings, migrations
+    "connect": "agentruns.entrypoints.connect",
+    "AgentRunsClient": "agentruns.entrypoints.connect",
+    "AgentRunsSettings": "agentruns.entrypoints.settings",
+    "migrate": "agentruns.adapters.postgres.migrate",
+    "MigrationChain": "agentruns.adapters.postgres.migrate",
+    # Kinds, their handlers and steps
+    "RunKind": "agentruns.app.kinds",
+    "RunKinds": "agentruns.app.kinds",
+    "StepEvent": "agentruns.app.kinds",
+    "Steps": "agentruns.app.kinds",
+    "AgentRunHandler": "agentruns.app.kinds",
+    "NoDomainRow": "agentruns.app.kinds",
+    "RunKindPolicy": "agentruns.domain.kinds",
+    "Backoff": "agentruns.domain.backoff",
+    "RandomSource": "agentruns.domain.backoff",
+    "Band": "agentruns.domain.bands",
+    # Runs, their events and what a handler sees
+    "AgentRun": "agentruns.domain.run",
+    "AgentRunFence": "agentruns.domain.run",
+    "RunChange": "agentruns.domain.run",
+    "AgentRunState": "agentruns.domain.states",
+    "TerminationReason": "agentruns.domain.termination",
+    "RunOutcome": "agentruns.domain.termination",
+    "JsonObject": "agentruns.domain.payload",
+    "RunEvent": "agentruns.app.ports",
+    "BudgetHold": "agentruns.app.ports",
+    "Clock": "agentruns.app.ports",
+    "Transaction": "agentruns.app.ports",
+    "postgres_connection": "agentruns.adapters.postgres.database",
+    # The use cases
+    "AgentRuns": "agentruns.app.runs",
+    "RunPage": "agentruns.app.runs",
+    "Worker": "agentruns.app.worker",
+    "WorkerStats": "agentruns.app.worker",
+    "AgentRunReaper": "agentruns.app.reaper",
+    "ReapReport": "agentruns.app.reaper",
+    # Failures a kind raises, and how they are classified
+    "ProviderError": "agentruns.domain.failures",
+    "ConfigurationError": "agentruns.domain.failures",
+    "FallbackChainExhausted": "agentruns.domain.failures",
+    "FailureClass": "agentruns.domain.failures",
+    "classify": "agentruns.domain.failures",
+    # Errors agentruns raises (the tree is in agentruns.domain.errors' docstring)
+    "AgentRunsError": "agentruns.domain.errors",
+    "InvalidRequest": "agentruns.domain.errors",
+    "UnknownKind": "agentruns.domain.errors",
+    "InvalidPayload": "agentruns.domain.errors",
+    "InvalidBand": "agentruns.domain.errors",
+    "IllegalTransition": "agentruns.domain.errors",
+    "RunNotFound": "agentruns.domain.errors",
+    "LeaseLost": "agentruns.domain.errors",
+    "StaleEpoch": "agentruns.domain.errors",
+    "LeaseExpired": "agentruns.domain.errors",
+    "RetryBudgetExhausted": "agentruns.domain.errors",
+    "SandboxError": "agentruns.domain.errors",
+    "SandboxNotLive": "agentruns.domain.errors",
+    "InvalidToken": "agentruns.domain.errors",
+    "StoreUnavailable": "agentruns.domain.errors",
+    "TransactionConflict": "agentruns.domain.errors",
+    # Sandboxes (the `k8s` and `gateway` extras; docs/sandboxes.md)
+    "AgentSandbox": "agentruns.domain.sandbox",
+    "AgentSandboxKind": "agentruns.app.sandboxes",
+    "AgentSandboxes": "agentruns.app.sandboxes",
+    "AgentSandboxReaper": "agentruns.app.sandbox_reaper",
+    "SandboxHosting": "agentruns.entrypoints.container",
+    "SigningKey": "agentruns.adapters.tokens",
+    "KubernetesSandboxClaims": "agentruns.adapters.kubernetes.claims",
+    "gateway_url_of": "agentruns.adapters.kubernetes.claims",
+    "create_gateway": "agentruns.entrypoints.gateway",
+}
+
+__all__ = sorted(_HOMES)
+
+
+def __getattr__(name: str) -> object:
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'agentruns' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value  # the next lookup does not come here
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted({*globals(), *__all__})
+
+
+if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exported
+    from agentruns.adapters.kubernetes.claims import (
+        KubernetesSandboxClaims as KubernetesSandboxClaims,
+        gateway_url_of as gateway_url_of,
+    )
+    from agentruns.adapters.postgres.database import (
+        postgres_connection as postgres_connection,
+    )
+    from agentruns.adapters.postgres.migrate import (
+        MigrationChain as MigrationChain,
+        migrate as migrate,
+    )
+    from agentruns.adapters.tokens import (
+        SigningKey as SigningKey,
+    )
+    from agentruns.app.kinds import (
+        AgentRunHandler as AgentRunHandler,
+        NoDomainRow as NoDomainRow,
+        RunKind as RunKind,
+        RunKinds as RunKinds,
+        StepEvent as StepEvent,
+        Steps as Steps,
+    )
+    from agentruns.app.ports import (
+        BudgetHold as BudgetHold,
+        Clock as Clock,
+        RunEvent as RunEvent,
+        Transaction as Transaction,
+    )
+    from agentruns.app.reaper import (
+        AgentRunReaper as AgentRunReaper,
+        ReapReport as ReapReport,
+    )
+    from agentruns.app.runs import (
+        AgentRuns as AgentRuns,
+        RunPage as RunPage,
+    )
+    from agentruns.app.sandbox_reaper import (
+        AgentSandboxReaper as AgentSandboxReaper,
+    )
+    from agentruns.app.sandboxes import (
+        AgentSandboxes as AgentSandboxes,
+        AgentSandboxKind as AgentSandboxKind,
+    )
+    from agentruns.app.worker import (
+        Worker as Worker,
+        WorkerStats as WorkerStats,
+    )
+    from agentruns.domain.backoff import (
+        Backoff as Backoff,
+        RandomSource as RandomSource,
+    )
+    from agentruns.domain.bands import (
+        Band as Band,
+    )
+    from agentruns.domain.errors import (
+        AgentRunsError as AgentRunsError,
+        IllegalTransition as IllegalTransition,
+        InvalidBand as InvalidBand,
+        InvalidPayload as InvalidPayload,
+        InvalidRequest as InvalidRequest,
+        InvalidToken as InvalidToken,
+        LeaseExpired as LeaseExpired,
+        LeaseLost as LeaseLost,
+        RetryBudgetExhausted as RetryBudgetExhausted,
+        RunNotFound as RunNotFound,
+        SandboxError as SandboxError,
+        SandboxNotLive as SandboxNotLive,
+        StaleEpoch as StaleEpoch,
+        StoreUnavailable as StoreUnavailable,
+        TransactionConflict as TransactionConflict,
+        UnknownKind as UnknownKind,
+    )
+    from agentruns.domain.failures import (
+        ConfigurationError as ConfigurationError,
+        FailureClass as FailureClass,
+        FallbackChainExhausted as FallbackChainExhausted,
+        ProviderError as ProviderError,
+        classify as classify,
+    )
+    from agentruns.domain.kinds import (
+        RunKindPolicy as RunKindPolicy,
+    )
+    from agentruns.domain.payload import (
+        JsonObject as JsonObject,
+    )
+    from agentruns.domain.run import (
+        AgentRun as AgentRun,
+        AgentRunFence as AgentRunFence,
+        RunChange as RunChange,
+    )
+    from agentruns.domain.sandbox import (
+        AgentSandbox as AgentSandbox,
+    )
+    from agentruns.domain.states import (
+        AgentRunState as AgentRunState,
+    )
+    from agentruns.domain.termination import (
+        RunOutcome as RunOutcome,
+        TerminationReason as TerminationReason,
+    )
+    from agentruns.entrypoints.connect import (
+        AgentRunsClient as AgentRunsClient,
+        connect as connect,
+    )
+    from agentruns.entrypoints.container import (
+        SandboxHosting as SandboxHosting,
+    )
+    from agentruns.entrypoints.gateway import (
+        create_gateway as create_gateway,
+    )
+    from agentruns.entrypoints.settings import (
+        AgentRunsSettings as AgentRunsSettings,
+    )

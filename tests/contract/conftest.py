@@ -16,9 +16,9 @@ from agentruns.app.family import AdapterFamily
 from agentruns.app.kinds import RunKinds
 from agentruns.app.ports import Stores
 from agentruns.app.reaper import AgentRunReaper
-from agentruns.app.reviews import ReviewJobs
 from agentruns.app.runs import AgentRuns
 from agentruns.app.worker import Worker
+from examples.review import ReviewJobs, review_jobs
 from tests.contract.kinds import contract_kinds
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -42,7 +42,7 @@ class Backend:
 
 def memory_backend(clock: ManualClock) -> Backend:
     family = MemoryFamily(clock)
-    return Backend("memory", clock, family, family.review_jobs)
+    return Backend("memory", clock, family, review_jobs(family))
 
 
 @pytest.fixture
@@ -64,7 +64,7 @@ async def backend(request: pytest.FixtureRequest, clock: ManualClock) -> AsyncIt
         url: str = request.getfixturevalue("postgres_url")
         family = PostgresFamily(url, clock)
         try:
-            yield Backend("postgres", clock, family, family.review_jobs)
+            yield Backend("postgres", clock, family, review_jobs(family))
         finally:
             await family.close()
     else:  # pragma: no cover - each family adds its branch

@@ -6,11 +6,11 @@ from collections.abc import AsyncIterator
 from datetime import timedelta
 
 from agentruns.app.kinds import RunKind, RunKinds, StepEvent
-from agentruns.app.reviews import ReviewJobs, ReviewRunKind
 from agentruns.domain.backoff import Backoff
 from agentruns.domain.failures import FallbackChainExhausted, ProviderError
 from agentruns.domain.kinds import RunKindPolicy
 from agentruns.domain.run import AgentRun
+from examples.review import ReviewJobs, ReviewRunKind
 
 LEASE = timedelta(seconds=30)
 BACKOFF = Backoff(base=timedelta(seconds=10), cap=timedelta(minutes=5), jitter=0.0)

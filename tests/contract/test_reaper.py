@@ -8,11 +8,11 @@ from datetime import timedelta
 from agentruns.app.kinds import NoDomainRow, RunKind, RunKinds
 from agentruns.app.ports import Transaction
 from agentruns.app.reaper import AgentRunReaper
-from agentruns.app.reviews import ReviewStatus
 from agentruns.app.runs import AgentRuns
 from agentruns.domain.run import AgentRun, RunChange
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
+from examples.review import ReviewStatus
 from tests.contract.conftest import Backend
 from tests.contract.kinds import LEASE, policy, scripted_steps
 
@@ -141,6 +141,10 @@ async def test_a_take_back_that_fails_is_skipped_and_the_others_go_on(
     seen_by_handler: list[AgentRunState] = []
 
     class Fragile(NoDomainRow):
+        @property
+        def has_domain_row(self) -> bool:
+            return True  # its take-back hook must run
+
         async def on_take_back(self, tx: Transaction, run: AgentRun, change: RunChange) -> None:
             seen_by_handler.append(run.state)
             if run.subject == "broken":

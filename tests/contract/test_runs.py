@@ -10,7 +10,6 @@ import pytest
 
 from agentruns.app.kinds import RunKind, RunKinds
 from agentruns.app.ports import BudgetHold
-from agentruns.app.reviews import ReviewStatus
 from agentruns.app.runs import AgentRuns
 from agentruns.domain.bands import Band
 from agentruns.domain.errors import (
@@ -27,6 +26,7 @@ from agentruns.domain.errors import (
 from agentruns.domain.run import AgentRunFence
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
+from examples.review import ReviewStatus
 from tests.contract.conftest import Backend
 from tests.contract.kinds import LEASE, policy, scripted_steps
 

@@ -13,8 +13,7 @@ from datetime import timedelta
 from typing import Any, TypeVar
 from uuid import UUID
 
-from hypothesis import HealthCheck, event, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, event, settings, strategies as st
 from hypothesis.stateful import (
     Bundle,
     MultipleResults,
@@ -36,6 +35,7 @@ from agentruns.domain.errors import IllegalTransition, LeaseLost, RetryBudgetExh
 from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
+from examples.review import review_jobs
 from tests.contract.conftest import START
 from tests.contract.kinds import LEASE, contract_kinds
 from tests.strategies import (
@@ -57,7 +57,7 @@ new_runs = st.tuples(kind_names, workspaces, contended_subjects, bands)
 def memory_backend(clock: ManualClock) -> tuple[Stores, RunKinds]:
     """The same construction as the contract suite's memory backend."""
     family = MemoryFamily(clock)
-    return family.stores, contract_kinds(family.review_jobs)
+    return family.stores, contract_kinds(review_jobs(family))
 
 
 class AgentRunsMachine(RuleBasedStateMachine):

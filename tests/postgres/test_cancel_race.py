@@ -7,18 +7,17 @@ import asyncio
 import random
 
 from agentruns.adapters.postgres import (
-    PostgresReviewJobs,
     close_postgres_stores,
     make_postgres_stores,
 )
 from agentruns.app.kinds import RunKind, RunKinds
 from agentruns.app.ports import Transaction
-from agentruns.app.reviews import ReviewRunKind, ReviewStatus
 from agentruns.app.runs import AgentRuns
 from agentruns.domain.errors import TransactionConflict
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
+from examples.review import PostgresReviewJobs, ReviewRunKind, ReviewStatus
 from tests.contract.kinds import policy, scripted_steps
 from tests.postgres.test_races import some_session_waits_on_a_lock
 

@@ -11,8 +11,7 @@ from uuid import UUID
 
 import psycopg
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import HealthCheck, given, settings, strategies as st
 
 from agentruns.adapters.clock import ManualClock
 from agentruns.adapters.postgres.database import PostgresDatabase

@@ -9,22 +9,22 @@ from typing import Any
 
 import psycopg
 import pytest
-from bench.population import populate
 from sqlalchemy import text
 
-from agentruns.adapters.postgres import make_postgres_stores
-from agentruns.adapters.postgres import sql as statements
+from agentruns.adapters.postgres import make_postgres_stores, sql as statements
 from agentruns.adapters.postgres.database import PostgresDatabase, PostgresTransaction
 from agentruns.app.ports import ClaimRequest
-from tests.postgres_server import cloned_database
+from agentruns.testing import PostgresTestServer
+from bench.population import populate
+from tests.postgres_server import CHAINS
 
 QUEUED = 100_000
 
 
 @pytest.fixture(scope="module")
-def populated(postgres_server: str) -> Iterator[str]:
+def populated(agentruns_server: PostgresTestServer) -> Iterator[str]:
     with (
-        cloned_database(postgres_server) as url,
+        agentruns_server.database(CHAINS) as url,
         psycopg.connect(url, autocommit=True) as connection,
     ):
         populate(

@@ -10,15 +10,14 @@ import pytest
 from sqlalchemy import text
 
 from agentruns.adapters.postgres import (
-    PostgresReviewJobs,
     close_postgres_stores,
     make_postgres_stores,
 )
 from agentruns.adapters.postgres.database import execute
 from agentruns.app.ports import ClaimRequest, NewRun
-from agentruns.app.reviews import ReviewJob, ReviewStatus
 from agentruns.domain.bands import Band
 from agentruns.domain.errors import IllegalTransition, StoreUnavailable
+from examples.review import PostgresReviewJobs, ReviewJob, ReviewStatus
 
 
 def _new_run(subject: str = "s") -> NewRun:

@@ -18,16 +18,17 @@ from hypothesis import HealthCheck, settings
 from hypothesis.stateful import invariant, run_state_machine_as_test
 
 from agentruns.adapters.postgres import (
-    PostgresReviewJobs,
     close_postgres_stores,
     make_postgres_stores,
 )
 from agentruns.app.reaper import AgentRunReaper
 from agentruns.app.runs import AgentRuns
 from agentruns.domain.errors import AgentRunsError
+from agentruns.testing import PostgresTestServer
+from examples.review import PostgresReviewJobs
 from tests.contract.kinds import contract_kinds
 from tests.contract.test_stateful import AgentRunsMachine
-from tests.postgres_server import cloned_database
+from tests.postgres_server import CHAINS
 
 
 class Twin:
@@ -69,12 +70,12 @@ def _ids() -> Callable[[], UUID]:
     return lambda: UUID(int=next(counter))
 
 
-def side_by_side(server: str) -> type[AgentRunsMachine]:
+def side_by_side(server: PostgresTestServer) -> type[AgentRunsMachine]:
     class SideBySide(AgentRunsMachine):
         def __init__(self) -> None:
             super().__init__()
             self._database: contextlib.ExitStack = contextlib.ExitStack()
-            url = self._database.enter_context(cloned_database(server))
+            url = self._database.enter_context(server.database(CHAINS))
             memory_runs, memory_reaper = self.runs, self.reaper
             memory_runs._new_id = _ids()  # the same ids on both sides
             self.postgres = make_postgres_stores(url, self.clock, pool_size=2)
@@ -103,9 +104,11 @@ def side_by_side(server: str) -> type[AgentRunsMachine]:
     return SideBySide
 
 
-def test_postgres_and_memory_agree_after_every_step(postgres_server: str) -> None:
+def test_postgres_and_memory_agree_after_every_step(
+    agentruns_server: PostgresTestServer,
+) -> None:
     run_state_machine_as_test(
-        side_by_side(postgres_server),
+        side_by_side(agentruns_server),
         settings=settings(
             max_examples=8,
             stateful_step_count=20,

@@ -6,8 +6,7 @@ import random
 from datetime import timedelta
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import given, strategies as st
 
 from agentruns.domain.backoff import Backoff
 from agentruns.domain.failures import FailureClass

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from collections import Counter
 from datetime import datetime, timedelta
+from uuid import UUID
 
 import pytest
-from hypothesis import given
-from hypothesis import strategies as st
+from hypothesis import assume, given, strategies as st
 
 from agentruns.domain.bands import Band, effective_band
-from agentruns.domain.claim_order import ClaimContext, claim_order, next_claims
+from agentruns.domain.claim_order import ClaimContext, claim_order, next_claims, next_moment
 from agentruns.domain.errors import InvalidBand
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
@@ -174,3 +174,56 @@ def _queued(
         enqueued_at=EPOCH,
         due_at=due,
     )
+
+
+def _actionable(population: list[AgentRun], at: datetime, inactive: frozenset[str]) -> bool:
+    """Would a worker or a reaper act at ``at``: an offered head, an expired lease, a queued run
+    past its deadline?"""
+    leased = Counter(r.workspace for r in population if r.state is AgentRunState.LEASED)
+    context = ClaimContext(
+        now=at, band_aging=AGING, leased_per_workspace=leased, excluded_workspaces=inactive
+    )
+    return (
+        bool(claim_order(population, context))
+        or any(run.is_expired(at) for run in population)
+        or any(r.state is AgentRunState.QUEUED and r.is_past_deadline(at) for r in population)
+    )
+
+
+@given(populations(), instants, st.booleans())
+def test_the_next_moment_is_the_first_at_which_something_can_happen(
+    population: list[AgentRun], now: datetime, retire_one: bool
+) -> None:
+    """When nothing can happen now, nothing can before the next moment, and something can at
+    it; with no next moment, nothing ever can."""
+    unended = [run for run in population if run.state is not AgentRunState.ENDED]
+    inactive = frozenset(sorted({r.workspace for r in unended})[:1] if retire_one else [])
+    assume(not _actionable(unended, now, inactive))
+    moment = next_moment(unended, now=now, holds={}, inactive=inactive)
+    if moment is None:
+        assert not _actionable(unended, now + timedelta(days=3650), inactive)
+        return
+    assert moment > now
+    assert _actionable(unended, moment, inactive)
+    assert not _actionable(unended, max(now, moment - timedelta(microseconds=1)), inactive)
+
+
+def test_the_next_moment_waits_for_a_hold_to_end() -> None:
+    run = AgentRun(
+        id=UUID(int=1),
+        kind="k",
+        workspace="acme",
+        subject="s",
+        band=Band.BATCH,
+        payload={},
+        state=AgentRunState.QUEUED,
+        epoch=0,
+        attempt=0,
+        seq=1,
+        enqueued_at=EPOCH,
+        due_at=EPOCH,
+    )
+    hold_end = EPOCH + timedelta(minutes=5)
+    assert next_moment([run], now=EPOCH, holds={"acme": hold_end}) == hold_end
+    assert next_moment([run], now=EPOCH, holds={}) is None  # due now: nothing to wait for
+    assert next_moment([run], now=EPOCH, holds={}, inactive=frozenset({"acme"})) is None

@@ -18,11 +18,11 @@ from agentruns.entrypoints.settings import AgentRunsSettings
 
 
 def test_settings_read_the_agentruns_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AGENTRUNS_LEASE", "45")
+    monkeypatch.setenv("AGENTRUNS_LEASE_RENEWAL", "45")
     monkeypatch.setenv("AGENTRUNS_BAND_AGING", "PT5M")
     monkeypatch.setenv("AGENTRUNS_DATABASE_URL", "postgresql://db/agentruns")
     settings = AgentRunsSettings()
-    assert settings.lease == timedelta(seconds=45)
+    assert settings.lease_renewal == timedelta(seconds=45)
     assert settings.band_aging == timedelta(minutes=5)
     assert settings.database_url == "postgresql://db/agentruns"
 
@@ -33,12 +33,12 @@ def test_settings_default_to_the_designed_durations() -> None:
     assert settings.sandbox_start == timedelta(minutes=2)
     assert settings.sandbox_idle == timedelta(minutes=1)
     assert settings.conversation_sandbox_idle == timedelta(minutes=15)
-    assert settings.retry_budget == 3
+    assert settings.worker_concurrency == 8
 
 
 def test_a_bad_setting_is_refused_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AGENTRUNS_RETRY_BUDGET", "-1")
-    with pytest.raises(ValidationError, match="retry_budget"):
+    monkeypatch.setenv("AGENTRUNS_WORKER_CONCURRENCY", "0")
+    with pytest.raises(ValidationError, match="worker_concurrency"):
         AgentRunsSettings()
 
 

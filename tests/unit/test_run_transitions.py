@@ -194,12 +194,6 @@ def test_continue_after_is_bounded_by_the_budget() -> None:
         r.continue_after(leased(), retry_budget=3)
 
 
-def test_the_review_attempt_is_the_epoch_less_one_while_leased() -> None:
-    """A waiting job shows the number its next claim takes."""
-    assert r.review_attempt(leased(epoch=1)) == 0
-    assert r.review_attempt(queued(epoch=1)) == 1
-
-
 def test_an_epoch_never_goes_back() -> None:
     run = leased(epoch=2)
     with pytest.raises(IllegalTransition, match="epoch"):

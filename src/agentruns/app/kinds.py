@@ -37,6 +37,13 @@ class AgentRunHandler(Protocol):
     :meth:`lock_domain_row` before it locks the run for a take-back, a cancel or an end.
     """
 
+    @property
+    def has_domain_row(self) -> bool:
+        """Whether the kind keeps a row of its own that these hooks lock and move (the default).
+        A handler that says no lets agentruns end its runs without the hooks: without reading
+        the run first, and with other runs' ends in one transaction (ADRs/0011)."""
+        return True
+
     async def lock_domain_row(self, tx: Transaction, run: AgentRun) -> None:
         """Lock the kind's row of ``run`` until the transaction ends."""
         ...
@@ -58,7 +65,12 @@ class AgentRunHandler(Protocol):
 
 
 class NoDomainRow(AgentRunHandler):
-    """The handler of a kind with no domain row of its own and no budget."""
+    """The handler of a kind with no domain row of its own and no budget (a subclass may add a
+    budget check at claim time)."""
+
+    @property
+    def has_domain_row(self) -> bool:
+        return False
 
     async def lock_domain_row(self, tx: Transaction, run: AgentRun) -> None:
         return None
@@ -99,11 +111,11 @@ class RunKinds:
         if kind.name in self._kinds:
             raise ValueError(f"run kind {kind.name!r} is registered twice")
         self._kinds[kind.name] = kind
-        self._domain_rows = self._domain_rows or not isinstance(kind.handler, NoDomainRow)
+        self._domain_rows = self._domain_rows or kind.handler.has_domain_row
 
     @property
     def any_domain_rows(self) -> bool:
-        """Whether some kind's handler keeps a domain row (is not :class:`NoDomainRow`): if none
+        """Whether some kind's handler keeps a domain row (``handler.has_domain_row``): if none
         does, a settle need not read its run to find the row to lock first."""
         return self._domain_rows
 

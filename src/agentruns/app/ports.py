@@ -24,6 +24,7 @@ from agentruns.domain.claim_order import SubjectKey
 from agentruns.domain.errors import AgentRunsError
 from agentruns.domain.payload import JsonObject
 from agentruns.domain.run import AgentRun, AgentRunFence
+from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
 
 
@@ -83,6 +84,21 @@ class ClaimRequest:
     kinds: Sequence[str] | None = None
     subject: SubjectKey | None = None
     band_aging: timedelta = timedelta(minutes=10)
+
+
+@dataclass(frozen=True, slots=True)
+class RunQuery:
+    """Which runs to list, newest first (by queue order, descending): every filter given must
+    match. ``before_seq`` is the keyset: only runs queued before the run with that queue order
+    (the last one of the previous page). Validated by :meth:`AgentRuns.list_runs`."""
+
+    workspace: str | None = None
+    subject: str | None = None
+    kind: str | None = None
+    state: AgentRunState | None = None
+    reason: TerminationReason | None = None
+    before_seq: int | None = None
+    limit: int = 50
 
 
 @dataclass(frozen=True, slots=True)
@@ -148,6 +164,11 @@ class RunStore(Protocol):
         """Read and lock the run until the transaction ends (``FOR UPDATE``)."""
         ...
 
+    async def list_runs(self, tx: Transaction, query: RunQuery) -> list[AgentRun]:
+        """Up to ``query.limit`` runs matching its filters, newest first (highest queue order
+        first), queued before ``query.before_seq`` if given. Locks nothing."""
+        ...
+
     async def claim(self, tx: Transaction, request: ClaimRequest) -> list[AgentRun]:
         """Lease up to ``request.limit`` runs in the domain's claim order, each under its next
         epoch, skipping rows other transactions hold locked."""
@@ -172,7 +193,7 @@ class RunStore(Protocol):
         """End each run under its own fence, set-based; one result per write, in order: the
         ended run, or what :meth:`end` would have raised for it (its fence failed, nothing
         written for it). A failed fence neither blocks nor rolls back the others. The writes
-        name distinct runs."""
+        name distinct runs: :meth:`AgentRuns.settle_group` checks that, once, for both."""
         ...
 
     async def requeue(
@@ -237,7 +258,8 @@ class EventLog(Protocol):
     ) -> list[RunEvent | AgentRunsError]:
         """:meth:`renew_and_append` for each write, set-based; one result per write, in order:
         the appended event, or what ``renew_and_append`` would have raised for it (its fence
-        failed: not renewed, nothing appended). The writes name distinct runs."""
+        failed: not renewed, nothing appended). The writes name distinct runs (checked once, by
+        :meth:`AgentRuns.settle_group`)."""
         ...
 
     async def list(self, tx: Transaction, run_id: UUID) -> list[RunEvent]: ...

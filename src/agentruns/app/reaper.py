@@ -16,7 +16,7 @@ import asyncio
 import logging
 from dataclasses import dataclass
 
-from agentruns.app.kinds import NoDomainRow, RunKinds
+from agentruns.app.kinds import RunKinds
 from agentruns.app.metrics import Metrics, NoMetrics
 from agentruns.app.ports import Stores, TakeBack, Transaction
 from agentruns.domain import run as transitions
@@ -131,10 +131,10 @@ class AgentRunReaper:
         self._metrics.taken_back(after.kind, after.state is AgentRunState.QUEUED)
 
     def _in_bulk(self, run: AgentRun) -> bool:
-        """A run whose kind has no handler hooks at all is taken back set-based; a handler of
-        its own (a subclass too) keeps the one-run path, and so does an unknown kind, which
-        that path reports."""
-        return run.kind in self._kinds and type(self._kinds.get(run.kind).handler) is NoDomainRow
+        """A run of a kind without a domain row (``handler.has_domain_row``) is taken back
+        set-based, its hooks skipped; an unknown kind is left to the one-run path, which says
+        so."""
+        return run.kind in self._kinds and not self._kinds.get(run.kind).handler.has_domain_row
 
     async def _take_back_many(self, tx: Transaction, runs: list[AgentRun]) -> list[AgentRun]:
         """One statement for the batch; each run's delay drawn as the one-run path draws it."""

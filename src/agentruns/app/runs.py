@@ -10,7 +10,9 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
+from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TypeVar
 from uuid import UUID
 
 from agentruns.app.kinds import RunKind, RunKinds
@@ -20,6 +22,7 @@ from agentruns.app.ports import (
     EndWrite,
     NewRun,
     RunEvent,
+    RunQuery,
     StepWrite,
     Stores,
     Transaction,
@@ -34,12 +37,25 @@ from agentruns.domain.errors import (
 )
 from agentruns.domain.payload import validate_payload
 from agentruns.domain.run import AgentRun, AgentRunFence, continue_after
+from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
 
 # A budget hold makes the claim roll back and try again without the held workspaces; a few
 # rounds are plenty, since each round holds at least one more workspace.
 _MAX_CLAIM_ROUNDS = 8
 _CONFLICT_RETRIES = 3
+MAX_PAGE = 1000
+_E = TypeVar("_E", AgentRunState, TerminationReason)
+_CURSOR_PREFIX = "r"
+
+
+@dataclass(frozen=True, slots=True)
+class RunPage:
+    """One page of :meth:`AgentRuns.list_runs`: runs newest first, and the cursor of the next
+    page (``None`` on the last one). The cursor is opaque: pass it back as ``cursor=``."""
+
+    runs: list[AgentRun]
+    next_cursor: str | None
 
 
 class _BudgetHeld(Exception):
@@ -361,6 +377,40 @@ class AgentRuns:
             raise RunNotFound(f"no run {run_id}")
         return run
 
+    async def list_runs(
+        self,
+        *,
+        workspace: str | None = None,
+        subject: str | None = None,
+        kind: str | None = None,
+        state: AgentRunState | str | None = None,
+        reason: TerminationReason | str | None = None,
+        limit: int = 50,
+        cursor: str | None = None,
+    ) -> RunPage:
+        """Runs matching every filter given, newest first (latest enqueued first), a page of up
+        to ``limit`` (at most 1,000) at a time. Paging is by keyset: a page's ``next_cursor``
+        continues exactly after its last run, whatever was enqueued meanwhile. ``kind`` may name
+        a kind this process does not register; a bad filter or cursor is
+        :class:`~agentruns.domain.errors.InvalidRequest`."""
+        if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
+            raise InvalidRequest(f"a page holds 1 to {MAX_PAGE} runs, not {limit!r}")
+        query = RunQuery(
+            workspace=None if workspace is None else _name(workspace, "workspace"),
+            subject=None if subject is None else _name(subject, "subject"),
+            kind=None if kind is None else _name(kind, "kind"),
+            state=None if state is None else _parse(AgentRunState, state, "state"),
+            reason=None if reason is None else _parse(TerminationReason, reason, "reason"),
+            before_seq=None if cursor is None else _seq_of(cursor),
+            # One more than the page, to know whether another page follows.
+            limit=limit + 1,
+        )
+        async with self.transaction() as inner:
+            found = await self._stores.runs.list_runs(inner, query)
+        page = found[:limit]
+        more = len(found) > limit
+        return RunPage(page, f"{_CURSOR_PREFIX}{page[-1].seq}" if more else None)
+
     async def events(self, run_id: UUID) -> list[RunEvent]:
         async with self.transaction() as inner:
             return await self._stores.events.list(inner, run_id)
@@ -402,6 +452,24 @@ class AgentRuns:
         if kinds is None:
             return None
         return [self._kinds.get(kind).name for kind in kinds]
+
+
+def _parse(enum: type[_E], value: object, what: str) -> _E:
+    try:
+        if not isinstance(value, str):
+            raise ValueError(value)
+        return enum(value)
+    except ValueError:
+        choices = ", ".join(member.value for member in enum)
+        raise InvalidRequest(f"no {what} {value!r}: expected one of {choices}") from None
+
+
+def _seq_of(cursor: object) -> int:
+    text = cursor if isinstance(cursor, str) else ""
+    digits = text.removeprefix(_CURSOR_PREFIX)
+    if not text.startswith(_CURSOR_PREFIX) or not digits.isdigit() or len(digits) > 19:
+        raise InvalidRequest(f"{cursor!r} is not a cursor that list_runs gave")
+    return int(digits)
 
 
 def _aware(moment: datetime | None, what: str) -> datetime | None:

@@ -16,7 +16,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from agentruns.app.kinds import NoDomainRow, RunKinds
+from agentruns.app.kinds import RunKinds
 from agentruns.app.metrics import Metrics, NoMetrics
 from agentruns.app.ports import Notifier
 from agentruns.app.runs import AgentRuns
@@ -138,7 +138,7 @@ class Worker:
     async def _end(self, run: AgentRun, reason: TerminationReason) -> None:
         """End the run with the group, unless its kind has a domain row: then alone, so its
         handler locks that row first and moves it in the same transaction."""
-        if self._settler is not None and isinstance(self._kinds.get(run.kind).handler, NoDomainRow):
+        if self._settler is not None and not self._kinds.get(run.kind).handler.has_domain_row:
             await self._settler.end(run.fence, reason)
         else:
             await self._runs.end(run.fence, reason)

@@ -16,7 +16,7 @@ workspaces just as the same number of single claims would.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Iterable, Mapping, Set
+from collections.abc import Iterable, Mapping, Sequence, Set
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -99,3 +99,34 @@ def claim_key(run: AgentRun, context: ClaimContext, load: int) -> ClaimKey:
 def _within_workspace_key(run: AgentRun, context: ClaimContext) -> tuple[str, int, datetime, int]:
     band: Band = effective_band(run.band, run.due_at, context.now, context.band_aging)
     return (run.workspace, int(band), run.due_at, run.seq)
+
+
+def next_moment(
+    runs: Sequence[AgentRun],
+    *,
+    now: datetime,
+    holds: Mapping[str, datetime],
+    inactive: Set[str] = frozenset(),
+) -> datetime | None:
+    """The earliest moment after ``now`` at which a worker or a reaper could act on ``runs`` (the
+    unended runs of a store) if only time moved: a subject head falls due (or the budget hold of
+    its workspace ends, whichever is later), a lease expires, or a queued run's deadline passes;
+    ``None`` if no such moment comes.
+
+    A run waiting behind its subject's head (a head backing off, or a leased run) becomes due
+    only when the head moves, so its own due time is no such moment; its deadline is, since the
+    reaper ends a queued run past its deadline wherever it waits. A head of an inactive
+    workspace waits for a person, not for time. ``holds`` maps each held workspace to the end
+    of its hold.
+    """
+    moments: list[datetime] = []
+    for head in subject_heads(runs):
+        if head.workspace not in inactive:
+            held_until = holds.get(head.workspace)
+            moments.append(head.due_at if held_until is None else max(head.due_at, held_until))
+    for run in runs:
+        if run.state is AgentRunState.LEASED and run.leased_until is not None:
+            moments.append(run.leased_until)
+        elif run.state is AgentRunState.QUEUED and run.deadline_at is not None:
+            moments.append(run.deadline_at)
+    return min((moment for moment in moments if moment > now), default=None)

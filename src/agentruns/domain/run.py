@@ -255,9 +255,3 @@ def continue_after(ended: AgentRun, *, retry_budget: int) -> Continuation:
             f"run {ended.id} has spent {ended.attempt} of {retry_budget} attempts"
         )
     return Continuation(epoch=ended.epoch, attempt=ended.attempt + 1, continues=ended.id)
-
-
-def review_attempt(run: AgentRun) -> int:
-    """A review job's attempt number: its run's epoch less one while leased, and the number its
-    next claim takes while it waits."""
-    return run.epoch - 1 if run.state is AgentRunState.LEASED else run.epoch

@@ -1,8 +1,9 @@
-"""The composition root: the one module of the app that names adapters.
+"""The composition root: the one module that names adapters and wires use cases to them.
 
-Hosts build a container, register their kinds, and take ``runs``, ``worker`` and ``reaper`` from
-it; tests override providers (``container.clock.override(providers.Object(ManualClock()))``).
-The ``profile`` chooses the adapter family: ``memory`` or ``postgres``.
+Hosts do not use it directly: :func:`agentruns.connect` (and :mod:`agentruns.testing`) build a
+container with :func:`compose`, which takes what a host may swap (the adapter family, the clock,
+randomness, kinds, settings) as parameters, so no host overrides a provider. The command line
+uses the ``profile`` (``memory`` or ``postgres``) and :func:`use_postgres`.
 
 Sandboxes need what only the host knows: it provides ``sandbox_claims`` (a
 ``KubernetesSandboxClaims`` over its cluster client), ``sandbox_tokens`` (its signing keys),
@@ -30,12 +31,14 @@ from agentruns.adapters.memory import MemoryFamily
 from agentruns.app.family import AdapterFamily
 from agentruns.app.kinds import RunKinds
 from agentruns.app.metrics import Metrics, NoMetrics
+from agentruns.app.ports import Clock
 from agentruns.app.reaper import AgentRunReaper
 from agentruns.app.runs import AgentRuns
 from agentruns.app.sandbox_ports import SandboxClaims, SandboxTokens
 from agentruns.app.sandbox_reaper import AgentSandboxReaper
 from agentruns.app.sandboxes import AgentSandboxes, AgentSandboxKind
 from agentruns.app.worker import Worker
+from agentruns.domain.backoff import RandomSource
 from agentruns.domain.errors import StoreUnavailable
 from agentruns.domain.sandbox import SandboxTimings
 from agentruns.entrypoints.settings import AgentRunsSettings
@@ -157,6 +160,38 @@ class AgentRunsContainer(containers.DeclarativeContainer):
         timings=providers.Callable(sandbox_timings, settings),
         batch=settings.provided.reap_batch,
     )
+
+
+def compose(
+    family: AdapterFamily | None = None,
+    *,
+    kinds: RunKinds | None = None,
+    settings: AgentRunsSettings | None = None,
+    clock: Clock | None = None,
+    rng: RandomSource | None = None,
+    sandboxes: SandboxHosting | None = None,
+    gateway_url: str = "",
+) -> AgentRunsContainer:
+    """A container over ``family`` (else the settings' profile), with these kinds, settings,
+    clock and randomness in place of the defaults (the system clock, a fresh ``Random``).
+
+    The clock given here is what the memory family reads and what sandbox tokens are checked
+    on; a PostgreSQL family reads the clock it was built with (the database's unless pinned).
+    """
+    built = AgentRunsContainer()
+    if settings is not None:
+        built.settings.override(providers.Object(settings))
+    if clock is not None:
+        built.clock.override(providers.Object(clock))
+    if rng is not None:
+        built.rng.override(providers.Object(rng))
+    if kinds is not None:
+        built.kinds.override(providers.Object(kinds))
+    if family is not None:
+        built.family.override(providers.Object(family))
+    if sandboxes is not None:
+        use_sandboxes(built, sandboxes, gateway_url=gateway_url)
+    return built
 
 
 # Database administration for the command line: the CLI is app code and names no adapter, so

@@ -29,22 +29,20 @@ Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 class AgentRunsSettings(BaseSettings):
     """Durations accept seconds, ``30s``/``10m``/``2h``/``7d``, or ISO 8601 (``PT30S``).
 
-    Nothing reads the environment elsewhere; importing agentruns reads nothing."""
+    Nothing reads the environment elsewhere; importing agentruns reads nothing. A kind's lease,
+    retry budget and backoff are its own (:class:`~agentruns.domain.kinds.RunKindPolicy`, in
+    the host's code next to its steps), not settings of the process."""
 
     model_config = SettingsConfigDict(env_prefix="AGENTRUNS_", extra="ignore", frozen=True)
 
     database_url: str | None = Field(
         default=None, description="PostgreSQL URL; unset means the embedded server or memory."
     )
-    lease: Duration = timedelta(seconds=30)
     lease_renewal: Duration = timedelta(seconds=10)
     band_aging: Duration = timedelta(minutes=10)
     sandbox_start: Duration = timedelta(minutes=2)
     sandbox_idle: Duration = timedelta(minutes=1)
     conversation_sandbox_idle: Duration = timedelta(minutes=15)
-    retry_budget: int = Field(default=3, ge=0)
-    backoff_base: Duration = timedelta(seconds=5)
-    backoff_cap: Duration = timedelta(minutes=10)
     worker_concurrency: PositiveInt = 8
     poll_interval: Duration = timedelta(seconds=2)
     shutdown_grace: Duration = timedelta(seconds=30)

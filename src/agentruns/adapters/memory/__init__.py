@@ -8,7 +8,6 @@ from __future__ import annotations
 
 from agentruns.adapters.memory.database import MemoryDatabase, MemoryTable, MemoryTransaction
 from agentruns.adapters.memory.notifier import MemoryNotifier
-from agentruns.adapters.memory.reviews import MemoryReviewJobs
 from agentruns.adapters.memory.runs import MemoryEventLog, MemoryRunStore
 from agentruns.adapters.memory.sandbox_claims import MemorySandboxClaims
 from agentruns.adapters.memory.sandboxes import MemorySandboxStore
@@ -29,7 +28,6 @@ class MemoryFamily(AdapterFamily):
         self.workspaces = MemoryWorkspaceStore(self.database, clock)
         self.runs = MemoryRunStore(self.database, clock, self.workspaces, self.notifier)
         self.events = MemoryEventLog(self.database, clock, self.runs)
-        self.review_jobs = MemoryReviewJobs(self.database)
         self._sandboxes = MemorySandboxStore(self.database, clock, self.runs)
         self._stats = MemoryRunStats(self.database, self.runs, self.workspaces, clock)
         self._stores = Stores(
@@ -66,7 +64,6 @@ __all__ = [
     "MemoryEventLog",
     "MemoryFamily",
     "MemoryNotifier",
-    "MemoryReviewJobs",
     "MemoryRunStats",
     "MemoryRunStore",
     "MemorySandboxClaims",

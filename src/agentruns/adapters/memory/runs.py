@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from datetime import datetime, timedelta
 from uuid import UUID
 
@@ -18,6 +18,7 @@ from agentruns.app.ports import (
     EventLog,
     NewRun,
     RunEvent,
+    RunQuery,
     RunStore,
     StepWrite,
     TakeBack,
@@ -28,7 +29,6 @@ from agentruns.domain.claim_order import ClaimContext, next_claims
 from agentruns.domain.errors import (
     AgentRunsError,
     IllegalTransition,
-    InvalidRequest,
     LeaseLost,
     RunNotFound,
 )
@@ -104,6 +104,12 @@ class MemoryRunStore(RunStore):
     async def lock(self, tx: Transaction, run_id: UUID) -> AgentRun | None:
         return await self.get(tx, run_id)
 
+    async def list_runs(self, tx: Transaction, query: RunQuery) -> list[AgentRun]:
+        self._database.check(tx)
+        found = [run for run in self.rows.values() if _matches(run, query)]
+        found.sort(key=lambda run: run.seq, reverse=True)
+        return found[: query.limit]
+
     async def claim(self, tx: Transaction, request: ClaimRequest) -> list[AgentRun]:
         self._database.check(tx)
         now = self._clock.now()
@@ -144,7 +150,6 @@ class MemoryRunStore(RunStore):
     async def end_many(
         self, tx: Transaction, ends: Sequence[EndWrite]
     ) -> list[AgentRun | AgentRunsError]:
-        _distinct(write.fence for write in ends)
         results: list[AgentRun | AgentRunsError] = []
         for write in ends:
             try:
@@ -244,7 +249,6 @@ class MemoryEventLog(EventLog):
     async def renew_and_append_many(
         self, tx: Transaction, steps: Sequence[StepWrite]
     ) -> list[RunEvent | AgentRunsError]:
-        _distinct(write.fence for write in steps)
         results: list[RunEvent | AgentRunsError] = []
         for write in steps:
             try:
@@ -285,8 +289,12 @@ class MemoryEventLog(EventLog):
         return self._events.get(run_id) or ()
 
 
-def _distinct(fences: Iterable[AgentRunFence]) -> None:
-    """A group writes each run once (PostgreSQL's set-based update could not order two)."""
-    ids = [fence.run_id for fence in fences]
-    if len(set(ids)) != len(ids):
-        raise InvalidRequest("a group of writes names one run twice")
+def _matches(run: AgentRun, query: RunQuery) -> bool:
+    return (
+        (query.workspace is None or run.workspace == query.workspace)
+        and (query.subject is None or run.subject == query.subject)
+        and (query.kind is None or run.kind == query.kind)
+        and (query.state is None or run.state is query.state)
+        and (query.reason is None or run.end_reason is query.reason)
+        and (query.before_seq is None or run.seq < query.before_seq)
+    )

@@ -9,7 +9,6 @@ from __future__ import annotations
 from agentruns.adapters.postgres.database import PostgresDatabase, PostgresTransaction
 from agentruns.adapters.postgres.migrate import migrate, migrations_path
 from agentruns.adapters.postgres.notifier import PostgresNotifier
-from agentruns.adapters.postgres.reviews import PostgresReviewJobs
 from agentruns.adapters.postgres.runs import PostgresEventLog, PostgresRunStore
 from agentruns.adapters.postgres.sandboxes import PostgresSandboxStore
 from agentruns.adapters.postgres.stats import PostgresRunStats
@@ -33,7 +32,6 @@ class PostgresFamily(AdapterFamily):
         self.events = PostgresEventLog(self.database, self.runs)
         self.workspaces = PostgresWorkspaceStore(self.database)
         self.notifier = PostgresNotifier(url)
-        self.review_jobs = PostgresReviewJobs()
         self._stores = Stores(
             scope=self.database,
             runs=self.runs,
@@ -80,7 +78,6 @@ __all__ = [
     "PostgresEventLog",
     "PostgresFamily",
     "PostgresNotifier",
-    "PostgresReviewJobs",
     "PostgresRunStore",
     "PostgresSandboxStore",
     "PostgresTransaction",

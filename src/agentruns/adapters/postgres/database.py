@@ -28,14 +28,14 @@ from agentruns.domain.errors import (
     TransactionConflict,
 )
 
-# Constraints and triggers whose refusal means "the state table or a run's identity says no".
+# What the refusals of agentruns' own constraints and triggers mean. Every other integrity error
+# (a host's constraint or trigger on its domain row, say) is a refusal too, named by its
+# constraint: it becomes IllegalTransition just the same, never StoreUnavailable.
 _REFUSALS = {
     "guard_agent_run": "the run's state table or identity",
-    "review_job_run_agrees": "a review job must agree with its run",
     "uq_agent_run_head": "a subject has one head run (its leased run, or its first queued one)",
     "ck_agent_run_head": "a leased run is its subject's head, an ended run is not",
     "agent_run_pkey": "a run with this id exists already",
-    "review_job_pkey": "a review job for this run exists already",
     "guard_agent_sandbox": "the sandbox's state table or identity",
     "uq_agent_sandbox_live_subject": "at most one live sandbox per subject",
     "uq_agent_sandbox_claim_name": "a sandbox with this claim exists already",
@@ -62,11 +62,8 @@ def translate(exc: BaseException) -> AgentRunsError:
     orig = exc.orig if isinstance(exc, DBAPIError) else exc
     if isinstance(orig, psycopg.errors.IntegrityError):
         name = orig.diag.constraint_name or ""
-        if name in _REFUSALS or name.startswith("ck_"):
-            why = _REFUSALS.get(name, f"check {name}")
-            return IllegalTransition(
-                "the database", "refused", f"{why}: {orig.diag.message_primary}"
-            )
+        why = _REFUSALS.get(name, f"constraint {name}" if name else "an integrity check")
+        return IllegalTransition("the database", "refused", f"{why}: {orig.diag.message_primary}")
     if isinstance(orig, (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)):
         return TransactionConflict(f"PostgreSQL aborted a conflicting transaction: {orig}")
     return StoreUnavailable(f"PostgreSQL failed: {orig}")
@@ -79,7 +76,13 @@ class PostgresTransaction(Transaction):
         self.connection = connection
 
 
-def connection_of(tx: Transaction) -> AsyncConnection:
+def postgres_connection(tx: Transaction) -> AsyncConnection:
+    """The SQLAlchemy connection of an agentruns transaction on PostgreSQL.
+
+    A kind's handler runs the statements of its own domain row on it, inside agentruns'
+    transaction, so the row and its run commit or roll back together. Driver errors raised
+    there leave the transaction translated like agentruns' own: a refused constraint or trigger
+    as :class:`~agentruns.domain.errors.IllegalTransition`."""
     if not isinstance(tx, PostgresTransaction):
         raise TypeError("a PostgreSQL store was handed a transaction of another adapter family")
     return tx.connection
@@ -90,7 +93,7 @@ async def fetch(
 ) -> Sequence[RowMapping]:
     """Run ``statement`` in ``tx`` and return its rows, translating driver errors."""
     try:
-        result = await connection_of(tx).execute(statement, dict(params))
+        result = await postgres_connection(tx).execute(statement, dict(params))
         return result.mappings().all()
     except (SQLAlchemyError, psycopg.Error, OSError) as exc:
         raise translate(exc) from exc
@@ -99,7 +102,7 @@ async def fetch(
 async def execute(tx: Transaction, statement: TextClause, params: Mapping[str, Any]) -> int:
     """Run ``statement`` in ``tx`` for its effect; the number of rows it touched."""
     try:
-        result = await connection_of(tx).execute(statement, dict(params))
+        result = await postgres_connection(tx).execute(statement, dict(params))
         return result.rowcount
     except (SQLAlchemyError, psycopg.Error, OSError) as exc:
         raise translate(exc) from exc
@@ -162,7 +165,7 @@ class PostgresDatabase(TransactionScope):
     @asynccontextmanager
     async def savepoint(self, tx: Transaction) -> AsyncIterator[None]:
         try:
-            async with connection_of(tx).begin_nested():
+            async with postgres_connection(tx).begin_nested():
                 yield
         except (SQLAlchemyError, psycopg.Error, OSError) as exc:
             raise translate(exc) from exc

@@ -1,8 +1,17 @@
-"""Run the Alembic revisions that ship with agentruns, from a checkout or an installed wheel."""
+"""Run the Alembic revisions that ship with agentruns, from a checkout or an installed wheel; and
+a host's own chain of revisions (its domain rows' tables) beside them.
+
+agentruns' revisions form one linear chain recorded in ``alembic_version``. A host's tables are
+not part of it: a :class:`MigrationChain` is a folder of the host's revisions with a version
+table of its own, run through the same environment after agentruns' schema (ADRs/0013), so
+agentruns' upgrade and revision checks never meet a revision they do not know.
+"""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from alembic import command
@@ -12,6 +21,30 @@ from sqlalchemy import create_engine
 from agentruns.adapters.postgres.database import sqlalchemy_url
 
 _PACKAGE = Path(__file__).resolve().parents[2]  # .../agentruns
+CORE_VERSION_TABLE = "alembic_version"
+_IDENTIFIER = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
+
+
+@dataclass(frozen=True, slots=True)
+class MigrationChain:
+    """A host's own chain of Alembic revisions: the folder of its revision files, and the table
+    that records how far a database has come (never ``alembic_version``, which is agentruns').
+
+    Its first revision has ``down_revision = None`` and may reference agentruns' tables, since
+    a chain runs after agentruns' schema is migrated.
+    """
+
+    versions: Path
+    version_table: str
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "versions", Path(self.versions).resolve())
+        if not _IDENTIFIER.match(self.version_table):
+            raise ValueError(f"not a plain table name: {self.version_table!r}")
+        if self.version_table == CORE_VERSION_TABLE:
+            raise ValueError(f"{CORE_VERSION_TABLE} records agentruns' own revisions")
+        if not self.versions.is_dir():
+            raise ValueError(f"no folder of revisions at {self.versions}")
 
 
 def migrations_path() -> Path:
@@ -22,27 +55,33 @@ def migrations_path() -> Path:
     raise FileNotFoundError("the agentruns migrations are missing from this installation")
 
 
-def alembic_config() -> Config:
+def alembic_config(chain: MigrationChain | None = None) -> Config:
+    """agentruns' environment over its own revisions, or over ``chain``'s."""
     config = Config()
     config.set_main_option("script_location", str(migrations_path()))
+    if chain is not None:
+        config.set_main_option("path_separator", "os")
+        config.set_main_option("version_locations", str(chain.versions))
+        config.attributes["version_table"] = chain.version_table
     return config
 
 
-def migrate(url: str, revision: str = "head") -> None:
-    """Upgrade the database at ``url`` to ``revision`` (the newest by default)."""
-    _run(url, lambda config: command.upgrade(config, revision))
+def migrate(url: str, revision: str = "head", *, chain: MigrationChain | None = None) -> None:
+    """Upgrade the database at ``url`` to ``revision`` (the newest by default): agentruns'
+    schema, or with ``chain`` the host's chain (after agentruns' schema is migrated)."""
+    _run(url, chain, lambda config: command.upgrade(config, revision))
 
 
-def downgrade(url: str, revision: str) -> None:
+def downgrade(url: str, revision: str, *, chain: MigrationChain | None = None) -> None:
     """Downgrade the database at ``url`` to ``revision`` (``"base"``: an empty schema)."""
-    _run(url, lambda config: command.downgrade(config, revision))
+    _run(url, chain, lambda config: command.downgrade(config, revision))
 
 
-def _run(url: str, action: Callable[[Config], None]) -> None:
+def _run(url: str, chain: MigrationChain | None, action: Callable[[Config], None]) -> None:
     engine = create_engine(sqlalchemy_url(url))  # psycopg 3 serves sync and async
     try:
         with engine.begin() as connection:
-            config = alembic_config()
+            config = alembic_config(chain)
             config.attributes["connection"] = connection
             action(config)
     finally:

@@ -24,17 +24,17 @@ from agentruns.app.ports import (
     EventLog,
     NewRun,
     RunEvent,
+    RunQuery,
     RunStore,
     StepWrite,
     TakeBack,
+    Transaction as Tx,
 )
-from agentruns.app.ports import Transaction as Tx
 from agentruns.domain import run as transitions
 from agentruns.domain.bands import Band
 from agentruns.domain.errors import (
     AgentRunsError,
     IllegalTransition,
-    InvalidRequest,
     LeaseLost,
     RunNotFound,
     StaleEpoch,
@@ -84,11 +84,8 @@ def _fence_params(fence: AgentRunFence) -> dict[str, Any]:
 
 
 def _group_params(fences: Sequence[AgentRunFence]) -> dict[str, Any]:
-    ids = [fence.run_id for fence in fences]
-    if len(set(ids)) != len(ids):
-        raise InvalidRequest("a group of writes names one run twice")
     return {
-        "ids": ids,
+        "ids": [fence.run_id for fence in fences],
         "workspaces": [fence.workspace for fence in fences],
         "epochs": [fence.epoch for fence in fences],
     }
@@ -153,6 +150,19 @@ class PostgresRunStore(RunStore):
 
     async def lock(self, tx: Tx, run_id: UUID) -> AgentRun | None:
         return await self._one(tx, sql.LOCK_RUN, run_id=run_id)
+
+    async def list_runs(self, tx: Tx, query: RunQuery) -> list[AgentRun]:
+        filters = {
+            "workspace": query.workspace,
+            "subject": query.subject,
+            "kind": query.kind,
+            "state": None if query.state is None else query.state.value,
+            "reason": None if query.reason is None else query.reason.value,
+            "before_seq": query.before_seq,
+        }
+        given = {name: value for name, value in filters.items() if value is not None}
+        rows = await fetch(tx, sql.list_runs(given), {**given, "limit": query.limit})
+        return [run_from_row(row) for row in rows]
 
     async def claim(self, tx: Tx, request: ClaimRequest) -> list[AgentRun]:
         if request.limit <= 0:

@@ -8,11 +8,7 @@ the rest.
 
 from __future__ import annotations
 
-from sqlalchemy import TextClause, bindparam, text
-from sqlalchemy.dialects.postgresql import ARRAY
-from sqlalchemy.types import Text
-
-from agentruns.adapters.postgres.sql import NOW
+from agentruns.adapters.postgres.sql import NOW, statement
 
 SANDBOX_COLUMNS = (
     "id, kind, workspace, subject, state, requested_at, ready_at, last_used_at, shutdown_at, "
@@ -21,14 +17,7 @@ SANDBOX_COLUMNS = (
 _LIVE = "state IN ('requested', 'ready')"
 
 
-def _stmt(source: str) -> TextClause:
-    clause = text(source)
-    if ":names" in source:
-        return clause.bindparams(bindparam("names", type_=ARRAY(Text)))
-    return clause
-
-
-INSERT = _stmt(f"""
+INSERT = statement(f"""
 INSERT INTO agent_sandbox (id, kind, workspace, subject, state, requested_at, shutdown_at,
                            claim_name, conversation)
 VALUES (:id, :kind, :workspace, :subject, 'requested', :requested_at, :shutdown_at,
@@ -37,44 +26,44 @@ ON CONFLICT (workspace, subject) WHERE {_LIVE} DO NOTHING
 RETURNING {SANDBOX_COLUMNS}
 """)
 
-GET = _stmt(f"SELECT {SANDBOX_COLUMNS} FROM agent_sandbox WHERE id = :id")
+GET = statement(f"SELECT {SANDBOX_COLUMNS} FROM agent_sandbox WHERE id = :id")
 
-LIVE_OF_SUBJECT = _stmt(
+LIVE_OF_SUBJECT = statement(
     f"SELECT {SANDBOX_COLUMNS} FROM agent_sandbox "
     f"WHERE workspace = :workspace AND subject = :subject AND {_LIVE}"
 )
 
 # Held until the caller's transaction ends: the reaper's take-back skips a locked row, and one
 # that the reaper moved first no longer matches when this statement gets the lock.
-LOCK_LIVE = _stmt(f"""
+LOCK_LIVE = statement(f"""
 WITH clock AS (SELECT {NOW} AS now)
 SELECT {SANDBOX_COLUMNS} FROM agent_sandbox, clock
 WHERE id = :id AND {_LIVE} AND shutdown_at > clock.now
 FOR UPDATE OF agent_sandbox
 """)
 
-MARK_READY = _stmt(f"""
+MARK_READY = statement(f"""
 WITH clock AS (SELECT {NOW} AS now)
 UPDATE agent_sandbox SET state = 'ready', ready_at = clock.now
 FROM clock WHERE id = :id AND state = 'requested'
 RETURNING {SANDBOX_COLUMNS}
 """)
 
-TOUCH = _stmt(f"""
+TOUCH = statement(f"""
 WITH clock AS (SELECT {NOW} AS now)
 UPDATE agent_sandbox SET last_used_at = clock.now
 FROM clock WHERE id = :id AND {_LIVE}
 RETURNING {SANDBOX_COLUMNS}
 """)
 
-TAKE_BACK = _stmt(f"""
+TAKE_BACK = statement(f"""
 UPDATE agent_sandbox SET state = 'deleting' WHERE id = :id AND {_LIVE}
 RETURNING {SANDBOX_COLUMNS}
 """)
 
 # The sandbox reaper's one statement: the domain's take_back_cause, on the database clock. The
 # two NOT EXISTS read the runs' partial indexes over queued and leased runs of the subject.
-TAKE_BACK_DUE = _stmt(f"""
+TAKE_BACK_DUE = statement(f"""
 WITH clock AS (SELECT {NOW} AS now),
 due AS (
     SELECT s.id FROM agent_sandbox s, clock
@@ -100,13 +89,13 @@ FROM due WHERE agent_sandbox.id = due.id
 RETURNING {", ".join(f"agent_sandbox.{c.strip()}" for c in SANDBOX_COLUMNS.split(","))}
 """)
 
-DELETING = _stmt(f"""
+DELETING = statement(f"""
 SELECT {SANDBOX_COLUMNS} FROM agent_sandbox WHERE state = 'deleting'
 ORDER BY requested_at LIMIT :limit
 """)
 
-DELETE = _stmt("DELETE FROM agent_sandbox WHERE id = :id AND state = 'deleting'")
+DELETE = statement("DELETE FROM agent_sandbox WHERE id = :id AND state = 'deleting'")
 
-CLAIM_NAMES = _stmt(
+CLAIM_NAMES = statement(
     "SELECT claim_name FROM agent_sandbox WHERE claim_name = ANY(CAST(:names AS text[]))"
 )

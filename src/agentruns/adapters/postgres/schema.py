@@ -157,22 +157,6 @@ agent_run_event = Table(
     UniqueConstraint("run_id", "seq", name="uq_agent_run_event_seq"),
 )
 
-review_job = Table(
-    "review_job",
-    metadata,
-    Column(
-        "run_id",
-        UUID(as_uuid=True),
-        ForeignKey("agent_run.id", ondelete="CASCADE"),
-        primary_key=True,
-    ),
-    Column("workspace", Text, nullable=False),
-    Column("subject", Text, nullable=False),
-    Column("status", Text, nullable=False),
-    Column("attempt", Integer, nullable=False),
-    CheckConstraint("status IN ('queued', 'running', 'ended')", name="ck_review_job_status"),
-)
-
 # A sandbox's row owns its claim (migrations/versions/0002_sandboxes.py; the trigger
 # guard_agent_sandbox keeps the state table and the identity).
 agent_sandbox = Table(

@@ -1,4 +1,5 @@
-"""Every SQL statement of the PostgreSQL adapter, named, in one place.
+"""The SQL statements of runs, events and workspaces, named, in one place; and :func:`statement`,
+the one way every module of the adapter declares its statements (``sandbox_sql``, ``stats``).
 
 Time: each statement reads ``now`` from :data:`NOW`: the bound ``:now`` when a test pins a clock,
 else the database clock (``now()``, the transaction's start). One SQL text serves both.
@@ -10,10 +11,13 @@ leased_until > now``); when one touches no row, the store reads the run once to 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
+from functools import cache
+from typing import Any
 
 from sqlalchemy import TextClause, bindparam, text
 from sqlalchemy.dialects.postgresql import ARRAY, JSONB
-from sqlalchemy.types import Text
+from sqlalchemy.types import Text, TypeEngine
 
 NOW = "COALESCE(CAST(:now AS timestamptz), now())"
 
@@ -31,23 +35,27 @@ _FENCE = (
 _KINDS = "(CAST(:kinds AS text[]) IS NULL OR {kind} = ANY(CAST(:kinds AS text[])))"
 
 
-def _stmt(source: str) -> TextClause:
-    """A statement; only the bind parameters it names are declared."""
+# Bind parameters whose type the driver cannot infer, by name, for every statement that names one.
+_BIND_TYPES: dict[str, TypeEngine[Any]] = {
+    "payload": JSONB(),
+    "data": JSONB(),
+    "kinds": ARRAY(Text),
+    "names": ARRAY(Text),
+}
+
+
+def statement(source: str) -> TextClause:
+    """The one way the PostgreSQL adapter declares a statement: its SQL text, with the types of
+    the bind parameters it names from :data:`_BIND_TYPES` (a JSON payload, a list of names)."""
     clause = text(source)
     named = set(re.findall(r"(?<!:):(\w+)", source))
-    binds = []
-    if "payload" in named:
-        binds.append(bindparam("payload", type_=JSONB))
-    if "data" in named:
-        binds.append(bindparam("data", type_=JSONB))
-    if "kinds" in named:
-        binds.append(bindparam("kinds", type_=ARRAY(Text)))
+    binds = [bindparam(name, type_=type_) for name, type_ in _BIND_TYPES.items() if name in named]
     return clause.bindparams(*binds) if binds else clause
 
 
-NOW_SELECT = _stmt(f"SELECT {NOW} AS now")
+NOW_SELECT = statement(f"SELECT {NOW} AS now")
 
-INSERT_RUN = _stmt(f"""
+INSERT_RUN = statement(f"""
 WITH clock AS (SELECT {NOW} AS now)
 INSERT INTO agent_run (id, kind, workspace, subject, band, payload, state, epoch, attempt,
                        enqueued_at, due_at, lease, deadline_at, continues)
@@ -60,16 +68,16 @@ FROM clock
 RETURNING {RUN_COLUMNS}
 """)
 
-GET_RUN = _stmt(f"SELECT {RUN_COLUMNS}, {NOW} AS now FROM agent_run WHERE id = :run_id")
+GET_RUN = statement(f"SELECT {RUN_COLUMNS}, {NOW} AS now FROM agent_run WHERE id = :run_id")
 
-LOCK_RUN = _stmt(f"SELECT {RUN_COLUMNS} FROM agent_run WHERE id = :run_id FOR UPDATE")
+LOCK_RUN = statement(f"SELECT {RUN_COLUMNS} FROM agent_run WHERE id = :run_id FOR UPDATE")
 
-REQUIRE_CURRENT = _stmt(f"""
+REQUIRE_CURRENT = statement(f"""
 WITH clock AS (SELECT {NOW} AS now)
 SELECT {RUN_COLUMNS} FROM agent_run, clock WHERE {_FENCE} FOR UPDATE OF agent_run
 """)
 
-RENEW = _stmt(f"""
+RENEW = statement(f"""
 WITH clock AS (SELECT {NOW} AS now)
 UPDATE agent_run SET leased_until = clock.now + lease
 FROM clock WHERE {_FENCE}
@@ -79,7 +87,7 @@ RETURNING {RUN_COLUMNS}
 # An ended run is no longer its subject's head. The trigger agent_run_moved hands the subject to
 # its next waiting run, and tells the lanes of every lease taken or given back and every head
 # that left, whoever writes (ADRs/0013).
-END_FENCED = _stmt(f"""
+END_FENCED = statement(f"""
 WITH clock AS (SELECT {NOW} AS now),
 ended AS (
     UPDATE agent_run SET state = 'ended', head = false, leased_until = NULL,
@@ -90,7 +98,7 @@ ended AS (
 SELECT * FROM ended
 """)
 
-END_UNFENCED = _stmt(f"""
+END_UNFENCED = statement(f"""
 WITH clock AS (SELECT {NOW} AS now)
 UPDATE agent_run SET state = 'ended', head = false, leased_until = NULL, end_reason = :reason,
                      ended_at = clock.now
@@ -98,7 +106,7 @@ FROM clock WHERE id = :run_id AND state IN ('queued', 'leased')
 RETURNING {RUN_COLUMNS}
 """)
 
-REQUEUE = _stmt(f"""
+REQUEUE = statement(f"""
 WITH clock AS (SELECT {NOW} AS now),
 requeued AS (
     UPDATE agent_run SET state = 'queued', attempt = attempt + :charge,
@@ -113,7 +121,7 @@ SELECT * FROM requeued
 # Replicas share the reaping: a run another replica is taking back (its row locked) is skipped.
 # The leased runs are read through ix_agent_run_leased (bounded by the worker slots); the
 # expiry itself is not indexed, so that a renewal stays a HOT update.
-EXPIRED = _stmt(f"""
+EXPIRED = statement(f"""
 SELECT {RUN_COLUMNS} FROM agent_run
 WHERE state = 'leased' AND leased_until <= {NOW}
 ORDER BY leased_until, seq LIMIT :limit
@@ -138,7 +146,7 @@ _TAKE_BACK_SET = f"""
     holder = CASE WHEN {_TAKE_BACK_REASON} IS NULL THEN NULL ELSE holder END,
     leased_until = NULL"""
 
-TAKE_BACK = _stmt(f"""
+TAKE_BACK = statement(f"""
 WITH clock AS (SELECT {NOW} AS now),
 taken AS (
     UPDATE agent_run SET {_TAKE_BACK_SET}
@@ -153,7 +161,7 @@ SELECT * FROM taken
 # each row still conditional on its epoch and expiry, so a renewal that committed first wins
 # (its row no longer matches and is left as it is). Each row brings its kind's budget and its
 # backoff delay; rows another replica holds are skipped.
-TAKE_BACK_MANY = _stmt(f"""
+TAKE_BACK_MANY = statement(f"""
 WITH clock AS (SELECT {NOW} AS now),
 w AS (
     SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:epochs AS integer[]),
@@ -177,13 +185,13 @@ taken AS (
 SELECT * FROM taken
 """)
 
-OVERDUE = _stmt(f"""
+OVERDUE = statement(f"""
 SELECT {RUN_COLUMNS} FROM agent_run
 WHERE state = 'queued' AND deadline_at IS NOT NULL AND deadline_at <= {NOW}
 ORDER BY deadline_at, seq LIMIT :limit
 """)
 
-PURGE = _stmt("""
+PURGE = statement("""
 WITH doomed AS (
     SELECT id FROM agent_run
     WHERE state = 'ended' AND ended_at < :ended_before
@@ -193,8 +201,40 @@ WITH doomed AS (
 DELETE FROM agent_run WHERE id IN (SELECT id FROM doomed) RETURNING id
 """)
 
+# The read API (AgentRuns.list_runs): newest first, keyset-paged on the queue order. One text per
+# set of filters given, so each runs on a generic plan of its own that never tests a parameter
+# for NULL (ADRs/0011: every statement runs on its generic plan).
+_LIST_FILTERS = {
+    "workspace": "workspace = :workspace",
+    "subject": "subject = :subject",
+    "kind": "kind = :kind",
+    "state": "state = :state",
+    "reason": "end_reason = :reason",
+    "before_seq": "seq < :before_seq",
+}
+
+
+def list_runs(filters: Iterable[str]) -> TextClause:
+    """The listing statement for these filters (names of :class:`~agentruns.app.ports.RunQuery`
+    fields that are set); the same set gives the same statement."""
+    return _list_runs(frozenset(filters))
+
+
+@cache
+def _list_runs(filters: frozenset[str]) -> TextClause:
+    unknown = filters - _LIST_FILTERS.keys()
+    if unknown:
+        raise ValueError(f"no run filter named {sorted(unknown)}")
+    where = " AND ".join(_LIST_FILTERS[name] for name in _LIST_FILTERS if name in filters)
+    return statement(f"""
+SELECT {RUN_COLUMNS} FROM agent_run
+{f"WHERE {where}" if where else ""}
+ORDER BY seq DESC LIMIT :limit
+""")
+
+
 # The lane's count and the deltas not folded yet.
-LEASED_COUNT = _stmt("""
+LEASED_COUNT = statement("""
 SELECT COALESCE((SELECT leased FROM agent_workspace WHERE id = :workspace), 0)
      + COALESCE((SELECT sum(leased) FROM agent_workspace_delta WHERE workspace = :workspace), 0)
        AS leased
@@ -214,7 +254,7 @@ def _effective_band(band: str, due_at: str) -> str:
 # lanes' ledger, ranks the heads of the first :limit lanes in claim order, leases the first
 # :limit it can lock (SKIP LOCKED) and moves their lanes on. It reads about :limit lanes and a
 # few heads per lane, whatever the number of workspaces, queued, leased or ended runs.
-CLAIM = _stmt("""
+CLAIM = statement("""
 SELECT * FROM agent_claim(CAST(:now AS timestamptz), CAST(:aging AS interval), :holder, :limit)
 """)
 
@@ -232,7 +272,7 @@ SELECT * FROM claimed
 # another kind), so it probes each open workspace's first offered head of those kinds per band,
 # as the claim did before the lanes: its cost grows with the open workspaces. Exact against
 # claim_order, like the lane claim.
-CLAIM_KINDS = _stmt(f"""
+CLAIM_KINDS = statement(f"""
 WITH clock AS MATERIALIZED (SELECT {NOW} AS now, CAST(:aging AS interval) AS aging),
 bands (band) AS (VALUES (CAST(0 AS smallint)), (CAST(1 AS smallint)), (CAST(2 AS smallint))),
 open_ws AS MATERIALIZED (
@@ -270,7 +310,7 @@ picked AS (
 """)
 
 # claim_subject: the subject's head, one read through uq_agent_run_head.
-CLAIM_SUBJECT = _stmt(f"""
+CLAIM_SUBJECT = statement(f"""
 WITH clock AS MATERIALIZED (SELECT {NOW} AS now, CAST(:aging AS interval) AS aging),
 picked AS (
     SELECT r.id, {_effective_band("r.band", "r.due_at")} AS claim_band, 0 AS claim_load
@@ -287,7 +327,7 @@ picked AS (
 ){_CLAIMED}
 """)
 
-APPEND_EVENT = _stmt(f"""
+APPEND_EVENT = statement(f"""
 INSERT INTO agent_run_event (run_id, seq, epoch, type, data, created_at)
 SELECT :run_id, COALESCE(max(seq), 0) + 1, :epoch, :type, :data, {NOW}
 FROM agent_run_event WHERE run_id = :run_id
@@ -299,7 +339,7 @@ RETURNING run_id, seq, epoch, type, data, created_at
 # its appends; an append that committed while this one waited for that lock is not in this
 # statement's snapshot, so its seq conflicts and the insert does nothing: the store then appends
 # with a statement of its own (a fresh snapshot, the lock already held).
-RENEW_AND_APPEND = _stmt(f"""
+RENEW_AND_APPEND = statement(f"""
 WITH clock AS (SELECT {NOW} AS now),
 renewed AS (
     UPDATE agent_run SET leased_until = clock.now + lease
@@ -334,7 +374,7 @@ _GROUP_FENCE = (
     "AND r.leased_until > clock.now"
 )
 
-END_MANY = _stmt(f"""
+END_MANY = statement(f"""
 WITH clock AS (SELECT {NOW} AS now),
 w AS ({_GROUP.format(extra=", CAST(:reasons AS text[])", extra_names=", reason")}),
 ended AS (
@@ -348,7 +388,7 @@ SELECT w.ord, ended.* FROM w LEFT JOIN ended ON ended.id = w.id ORDER BY w.ord
 
 # The step boundaries of a group: as RENEW_AND_APPEND, row by row; an event whose seq conflicts
 # (another append committed while the renewal waited) comes back renewed but not appended.
-RENEW_AND_APPEND_MANY = _stmt(f"""
+RENEW_AND_APPEND_MANY = statement(f"""
 WITH clock AS (SELECT {NOW} AS now),
 w AS ({
     _GROUP.format(
@@ -375,41 +415,23 @@ FROM w LEFT JOIN renewed n ON n.id = w.id LEFT JOIN appended a ON a.run_id = w.i
 ORDER BY w.ord
 """)
 
-LIST_EVENTS = _stmt("""
+LIST_EVENTS = statement("""
 SELECT run_id, seq, epoch, type, data, created_at FROM agent_run_event
 WHERE run_id = :run_id ORDER BY seq
 """)
 
-SET_ACTIVE = _stmt("""
+SET_ACTIVE = statement("""
 INSERT INTO agent_workspace (id, active) VALUES (:workspace, :active)
 ON CONFLICT (id) DO UPDATE SET active = EXCLUDED.active
 """)
 
-HOLD_BUDGET = _stmt("""
+HOLD_BUDGET = statement("""
 INSERT INTO agent_budget_hold (workspace, until, reason) VALUES (:workspace, :until, :reason)
 ON CONFLICT (workspace) DO UPDATE SET until = EXCLUDED.until, reason = EXCLUDED.reason
 """)
 
-RELEASE_BUDGET = _stmt("DELETE FROM agent_budget_hold WHERE workspace = :workspace")
+RELEASE_BUDGET = statement("DELETE FROM agent_budget_hold WHERE workspace = :workspace")
 
-HOLDS = _stmt(f"""
+HOLDS = statement(f"""
 SELECT workspace, until, reason FROM agent_budget_hold WHERE until > {NOW} ORDER BY workspace
 """)
-
-INSERT_REVIEW_JOB = _stmt("""
-INSERT INTO review_job (run_id, workspace, subject, status, attempt)
-VALUES (:run_id, :workspace, :subject, :status, :attempt)
-""")
-
-GET_REVIEW_JOB = _stmt(
-    "SELECT run_id, workspace, subject, status, attempt FROM review_job WHERE run_id = :run_id"
-)
-
-LOCK_REVIEW_JOB = _stmt(
-    "SELECT run_id, workspace, subject, status, attempt FROM review_job "
-    "WHERE run_id = :run_id FOR UPDATE"
-)
-
-MOVE_REVIEW_JOB = _stmt(
-    "UPDATE review_job SET status = :status, attempt = :attempt WHERE run_id = :run_id"
-)

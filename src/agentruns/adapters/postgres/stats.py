@@ -8,11 +8,9 @@ from __future__ import annotations
 
 from typing import Any
 
-from sqlalchemy import text
-
 from agentruns.adapters.postgres.database import PostgresDatabase, fetch
 from agentruns.adapters.postgres.runs import run_from_row
-from agentruns.adapters.postgres.sql import NOW, RUN_COLUMNS
+from agentruns.adapters.postgres.sql import HOLDS, NOW, RUN_COLUMNS, statement
 from agentruns.app.ports import BudgetHold, Transaction
 from agentruns.app.stats import RunCount, RunStats, RunStatus
 from agentruns.domain.bands import Band
@@ -21,13 +19,13 @@ from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
 
-STATUS_COUNTS = text("""
+STATUS_COUNTS = statement("""
 SELECT state, band, workspace, end_reason, count(*) AS runs
 FROM agent_run GROUP BY state, band, workspace, end_reason
 ORDER BY state, band, workspace, end_reason NULLS FIRST
 """)
 
-STATUS_FACTS = text(f"""
+STATUS_FACTS = statement(f"""
 SELECT {NOW} AS now,
        (SELECT count(*) FROM agent_run
          WHERE state = 'leased' AND leased_until <= {NOW}) AS expired,
@@ -35,25 +33,21 @@ SELECT {NOW} AS now,
          WHERE state = 'queued' AND due_at <= {NOW}) AS oldest_due_at
 """)
 
-STATUS_HOLDS = text(f"""
-SELECT workspace, until, reason FROM agent_budget_hold WHERE until > {NOW} ORDER BY workspace
-""")
+STATUS_INACTIVE = statement("SELECT id FROM agent_workspace WHERE NOT active ORDER BY id")
 
-STATUS_INACTIVE = text("SELECT id FROM agent_workspace WHERE NOT active ORDER BY id")
-
-LIST_RUNS = text(f"""
+LIST_RUNS = statement(f"""
 SELECT {RUN_COLUMNS} FROM agent_run
 WHERE (CAST(:state AS text) IS NULL OR state = CAST(:state AS text))
   AND (CAST(:holder AS text) IS NULL OR holder = CAST(:holder AS text))
 ORDER BY seq LIMIT :limit
 """)
 
-DOUBLY_LEASED = text("""
+DOUBLY_LEASED = statement("""
 SELECT workspace, subject FROM agent_run WHERE state = 'leased'
 GROUP BY workspace, subject HAVING count(*) > 1 ORDER BY workspace, subject
 """)
 
-UNSETTLED = text("""
+UNSETTLED = statement("""
 SELECT count(*) AS runs FROM agent_run
 WHERE NOT ((state = 'ended' AND end_reason IS NOT NULL)
         OR (state = 'queued' AND due_at IS NOT NULL)
@@ -84,7 +78,7 @@ class PostgresRunStats(RunStats):
         facts = (await fetch(tx, STATUS_FACTS, self._params()))[0]
         holds = tuple(
             BudgetHold(row["workspace"], row["until"], row["reason"])
-            for row in await fetch(tx, STATUS_HOLDS, self._params())
+            for row in await fetch(tx, HOLDS, self._params())
         )
         inactive = tuple(row["id"] for row in await fetch(tx, STATUS_INACTIVE, {}))
         return RunStatus(

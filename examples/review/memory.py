@@ -1,14 +1,13 @@
-"""The review_job table in memory."""
+"""The review_job table in memory, in the memory family's transactions (for tests)."""
 
 from __future__ import annotations
 
 from dataclasses import replace
 from uuid import UUID
 
-from agentruns.adapters.memory.database import MemoryDatabase, MemoryTable
-from agentruns.app.ports import Transaction
-from agentruns.app.reviews import ReviewJob, ReviewJobs, ReviewStatus
-from agentruns.domain.errors import RunNotFound
+from agentruns import RunNotFound, Transaction
+from agentruns.testing import MemoryDatabase, MemoryTable
+from examples.review.jobs import ReviewJob, ReviewJobs, ReviewStatus
 
 
 class MemoryReviewJobs(ReviewJobs):

@@ -1,4 +1,4 @@
-"""The review kind of the seed, shipped as the worked example of a kind with a domain row.
+"""Review jobs and the handler that keeps each one agreeing with its run.
 
 A review job points to its run and agrees with it: a queued job has a queued run, a running job a
 leased run, an ended job an ended run (PostgreSQL refuses a commit where they disagree, with the
@@ -11,13 +11,19 @@ from __future__ import annotations
 import enum
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Protocol
 from uuid import UUID
 
-from agentruns.app.kinds import AgentRunHandler
-from agentruns.app.ports import BudgetHold, Transaction
-from agentruns.domain.run import AgentRun, RunChange, review_attempt
-from agentruns.domain.states import AgentRunState
+import agentruns
+from agentruns import AgentRun, AgentRunHandler, AgentRunState, BudgetHold, RunChange, Transaction
+from agentruns.testing import MemoryFamily
+
+MIGRATIONS = agentruns.MigrationChain(
+    versions=Path(__file__).resolve().parent / "migrations",
+    version_table="review_example_version",
+)
+"""The example's own revisions (the ``review_job`` table and its check)."""
 
 
 class ReviewStatus(enum.StrEnum):
@@ -33,6 +39,12 @@ STATUS_OF_RUN_STATE: dict[AgentRunState, ReviewStatus] = {
 }
 
 
+def review_attempt(run: AgentRun) -> int:
+    """A review job's attempt number: its run's epoch less one while leased, and the number its
+    next claim takes while it waits."""
+    return run.epoch - 1 if run.state is AgentRunState.LEASED else run.epoch
+
+
 @dataclass(frozen=True, slots=True)
 class ReviewJob:
     """The review kind's domain row: one per run."""
@@ -45,7 +57,7 @@ class ReviewJob:
 
 
 class ReviewJobs(Protocol):
-    """The review_job table."""
+    """The review_job table, inside agentruns' transaction."""
 
     async def insert(self, tx: Transaction, job: ReviewJob) -> None: ...
 
@@ -58,6 +70,17 @@ class ReviewJobs(Protocol):
     async def move(
         self, tx: Transaction, run_id: UUID, status: ReviewStatus, attempt: int
     ) -> None: ...
+
+
+def review_jobs(family: object) -> ReviewJobs:
+    """The review_job table of an adapter family: in memory beside the memory stores, else the
+    PostgreSQL table (which needs :data:`MIGRATIONS` applied)."""
+    from examples.review.memory import MemoryReviewJobs
+    from examples.review.postgres import PostgresReviewJobs
+
+    if isinstance(family, MemoryFamily):
+        return MemoryReviewJobs(family.database)
+    return PostgresReviewJobs()
 
 
 BudgetCheck = Callable[[Transaction, AgentRun], Awaitable[BudgetHold | None]]

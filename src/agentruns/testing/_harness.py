@@ -1,0 +1,172 @@
+"""The harness: agentruns with a manual clock and seeded randomness, in memory or on PostgreSQL,
+with the ``runs``, ``worker`` and ``reaper`` a host uses in production.
+
+::
+
+    harness = agentruns.testing.harness(my_kind)                       # in memory
+    harness = agentruns.testing.harness(my_kind, database_url=url)     # on PostgreSQL
+    run = await harness.runs.enqueue("review", workspace="acme", subject="review:1")
+    report = await harness.drain()
+    assert (await harness.runs.get(run.id)).end_reason is TerminationReason.COMPLETED
+
+On PostgreSQL every statement reads the manual clock (the database must be migrated; the pytest
+plugin's ``agentruns_database_url`` gives a fresh one per test). :meth:`AgentRunsHarness.drain`
+runs the worker and the reaper until nothing is left to do, moving the clock to the next moment
+at which production would act, so backoffs, deadlines, budget holds and lost leases play out in a
+test without waiting.
+"""
+
+from __future__ import annotations
+
+import random
+from collections import Counter
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import TracebackType
+from typing import Protocol, Self
+
+from agentruns.adapters.clock import ManualClock
+from agentruns.adapters.memory import MemoryFamily
+from agentruns.app.family import AdapterFamily
+from agentruns.app.kinds import RunKind, RunKinds
+from agentruns.app.ports import Stores
+from agentruns.app.reaper import AgentRunReaper
+from agentruns.app.runs import MAX_PAGE, AgentRuns
+from agentruns.app.worker import Worker
+from agentruns.domain.claim_order import next_moment
+from agentruns.domain.run import AgentRun
+from agentruns.domain.states import AgentRunState
+from agentruns.domain.termination import RunOutcome
+from agentruns.entrypoints.container import AgentRunsContainer, compose
+
+
+@dataclass
+class DrainReport:
+    """What a drain did: worker outcomes, the reaper's take-backs and ends of overdue runs."""
+
+    outcomes: Counter[RunOutcome] = field(default_factory=Counter)
+    taken_back: int = 0
+    overdue_ended: int = 0
+    rounds: int = 0
+
+
+class AgentRunsHarness:
+    """agentruns over one adapter family on a manual clock: ``runs``, ``worker`` (holder
+    ``test-worker``), ``reaper``, ``kinds`` (register more before draining), ``clock``."""
+
+    def __init__(
+        self, container: AgentRunsContainer, clock: ManualClock, family: AdapterFamily
+    ) -> None:
+        self.container = container
+        self.clock = clock
+        self.family = family
+        self.stores: Stores = family.stores
+        self.kinds: RunKinds = container.kinds()
+        self.runs: AgentRuns = container.runs()
+        self.worker: Worker = container.worker(holder="test-worker")
+        self.reaper: AgentRunReaper = container.reaper()
+
+    @property
+    def memory(self) -> MemoryFamily:
+        """The memory family, with its tables (in memory only)."""
+        if not isinstance(self.family, MemoryFamily):
+            raise TypeError("this harness runs on PostgreSQL: read runs with runs.list_runs()")
+        return self.family
+
+    def all_runs(self) -> list[AgentRun]:
+        """Every run in the memory store, in queue order (in memory only; on either adapter,
+        ``await harness.runs.list_runs(...)`` reads the same runs a page at a time)."""
+        return sorted(self.memory.runs.rows.values(), key=lambda run: run.seq)
+
+    async def unended(self) -> list[AgentRun]:
+        """Every queued or leased run, newest first."""
+        found: list[AgentRun] = []
+        for state in (AgentRunState.QUEUED, AgentRunState.LEASED):
+            cursor: str | None = None
+            while True:
+                page = await self.runs.list_runs(state=state, limit=MAX_PAGE, cursor=cursor)
+                found.extend(page.runs)
+                if page.next_cursor is None:
+                    break
+                cursor = page.next_cursor
+        return sorted(found, key=lambda run: run.seq, reverse=True)
+
+    async def next_moment(self) -> datetime | None:
+        """When production would next act if only time moved: a subject's head falls due, a
+        budget hold ends, a lease expires, a queued run's deadline passes
+        (:func:`agentruns.domain.claim_order.next_moment`)."""
+        async with self.stores.scope.transaction() as tx:
+            status = await self.family.stats.status(tx)
+        holds = {hold.workspace: hold.until for hold in status.holds}
+        return next_moment(
+            await self.unended(),
+            now=self.clock.now(),
+            holds=holds,
+            inactive=frozenset(status.inactive),
+        )
+
+    async def drain(self, *, advance: bool = True, max_rounds: int = 10_000) -> DrainReport:
+        """Run worker and reaper until neither has anything to do; with ``advance``, then move
+        the clock to the next moment production would act (:meth:`next_moment`) and go on,
+        until no such moment is left. Runs of an inactive workspace are left queued."""
+        report = DrainReport()
+        before = Counter(self.worker.stats.outcomes)
+        for _ in range(max_rounds):
+            report.rounds += 1
+            claimed = await self.worker.claim_and_drive(limit=32)
+            reaped = await self.reaper.tick()
+            report.taken_back += reaped.taken_back
+            report.overdue_ended += reaped.overdue_ended
+            if claimed or reaped.taken_back or reaped.overdue_ended:
+                continue
+            moment = await self.next_moment() if advance else None
+            if moment is None:
+                break
+            self.clock.set(moment)
+        report.outcomes = Counter(self.worker.stats.outcomes) - before
+        return report
+
+    async def close(self) -> None:
+        """Release what the family holds (a PostgreSQL pool); closing twice does nothing."""
+        await self.family.close()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        traceback: TracebackType | None,
+    ) -> None:
+        await self.close()
+
+
+class HarnessFactory(Protocol):
+    """The ``agentruns_harness`` fixture: a harness on the test's adapter (memory or
+    PostgreSQL), closed after the test."""
+
+    def __call__(
+        self, *kinds: RunKind, seed: int = 0, start: datetime | None = None
+    ) -> AgentRunsHarness: ...
+
+
+def harness(
+    *kinds: RunKind,
+    seed: int = 0,
+    start: datetime | None = None,
+    database_url: str | None = None,
+) -> AgentRunsHarness:
+    """A ready agentruns with a manual clock (at ``start``), randomness seeded with ``seed`` and
+    these kinds: in memory, or on the migrated PostgreSQL database at ``database_url``, whose
+    statements then all read the manual clock. Close it (or ``async with``) on PostgreSQL."""
+    clock = ManualClock(start)
+    family: AdapterFamily
+    if database_url is None:
+        family = MemoryFamily(clock)
+    else:
+        from agentruns.adapters.postgres import PostgresFamily
+
+        family = PostgresFamily(database_url, clock)
+    container = compose(family, kinds=RunKinds(kinds), clock=clock, rng=random.Random(seed))
+    return AgentRunsHarness(container, clock, family)

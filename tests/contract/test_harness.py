@@ -1,0 +1,163 @@
+"""The test kit's harness on both adapters (the pytest plugin's ``agentruns_harness``):
+``drain()`` plays out what production would, moving the manual clock only to moments when the
+worker or the reaper would act."""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+from agentruns import (
+    AgentRun,
+    AgentRunState,
+    Backoff,
+    BudgetHold,
+    ProviderError,
+    RunKind,
+    RunKindPolicy,
+    RunOutcome,
+    StepEvent,
+    TerminationReason,
+)
+from agentruns.testing import HarnessFactory
+
+START = datetime(2026, 6, 1, 9, 0, tzinfo=UTC)
+BACKOFF = Backoff(base=timedelta(seconds=30), jitter=0.0)
+
+
+async def _answer(run: AgentRun) -> AsyncIterator[StepEvent]:
+    yield StepEvent("answered", {"epoch": run.epoch})
+
+
+def _flaky_once() -> RunKind:
+    """Fails its first attempt with a 503 (requeued after 30 s), then answers."""
+    failed: set[object] = set()
+
+    async def steps(run: AgentRun) -> AsyncIterator[StepEvent]:
+        if run.id not in failed:
+            failed.add(run.id)
+            raise ProviderError("overloaded", status=503)
+        yield StepEvent("answered", {"attempt": run.attempt})
+
+    return RunKind(RunKindPolicy(name="flaky", backoff=BACKOFF), steps)
+
+
+PLAIN = RunKind(RunKindPolicy(name="plain"), _answer)
+SLOW_DEADLINE = RunKind(RunKindPolicy(name="timely", deadline=timedelta(minutes=10)), _answer)
+
+
+async def test_a_run_behind_a_head_that_backs_off_runs_once_the_head_is_done(
+    agentruns_harness: HarnessFactory,
+) -> None:
+    harness = agentruns_harness(_flaky_once(), PLAIN, start=START)
+    head = await harness.runs.enqueue("flaky", workspace="acme", subject="doc:1")
+    behind = await harness.runs.enqueue("plain", workspace="acme", subject="doc:1")
+
+    report = await harness.drain()
+
+    assert report.outcomes == {RunOutcome.REQUEUED: 1, RunOutcome.COMPLETED: 2}
+    for run in (head, behind):
+        assert (await harness.runs.get(run.id)).end_reason is TerminationReason.COMPLETED
+    [answered] = await harness.runs.events(behind.id)
+    assert answered.created_at == START + timedelta(seconds=30)  # right after its head's retry
+    assert harness.clock.now() == START + timedelta(seconds=30)
+
+
+async def test_a_queued_run_due_after_its_deadline_is_ended_at_the_deadline(
+    agentruns_harness: HarnessFactory,
+) -> None:
+    harness = agentruns_harness(SLOW_DEADLINE, start=START)
+    run = await harness.runs.enqueue(
+        "timely", workspace="acme", subject="doc:1", due_at=START + timedelta(hours=1)
+    )
+
+    report = await harness.drain()
+
+    ended = await harness.runs.get(run.id)
+    assert (ended.end_reason, ended.ended_at) == (
+        TerminationReason.DEADLINE_EXCEEDED,
+        START + timedelta(minutes=10),
+    )
+    assert (report.overdue_ended, report.outcomes) == (1, {})
+    assert await harness.runs.events(run.id) == []
+
+
+async def test_a_run_blocked_behind_its_head_is_ended_at_its_deadline_while_it_waits(
+    agentruns_harness: HarnessFactory,
+) -> None:
+    harness = agentruns_harness(_flaky_once(), SLOW_DEADLINE, start=START)
+    long_backoff = harness.kinds.get("flaky")
+    assert long_backoff.policy.backoff.base == timedelta(seconds=30)
+    await harness.runs.enqueue("flaky", workspace="acme", subject="doc:1")
+    blocked = await harness.runs.enqueue(
+        "timely", workspace="acme", subject="doc:1", deadline_at=START + timedelta(seconds=10)
+    )
+
+    report = await harness.drain()
+
+    ended = await harness.runs.get(blocked.id)
+    assert (ended.end_reason, ended.ended_at) == (
+        TerminationReason.DEADLINE_EXCEEDED,
+        START + timedelta(seconds=10),
+    )
+    assert report.outcomes == {RunOutcome.REQUEUED: 1, RunOutcome.COMPLETED: 1}
+
+
+async def test_runs_of_a_held_workspace_run_when_the_hold_ends(
+    agentruns_harness: HarnessFactory,
+) -> None:
+    harness = agentruns_harness(PLAIN, start=START)
+    until = START + timedelta(minutes=5)
+    await harness.runs.hold_budget(BudgetHold("acme", until, "spent"))
+    run = await harness.runs.enqueue("plain", workspace="acme", subject="doc:1")
+
+    await harness.drain()
+
+    [answered] = await harness.runs.events(run.id)
+    assert answered.created_at == until
+
+
+async def test_runs_of_an_inactive_workspace_are_left_queued(
+    agentruns_harness: HarnessFactory,
+) -> None:
+    harness = agentruns_harness(PLAIN, start=START)
+    await harness.runs.set_workspace_active("retired", False)
+    left = await harness.runs.enqueue("plain", workspace="retired", subject="doc:1")
+    done = await harness.runs.enqueue("plain", workspace="acme", subject="doc:2")
+
+    report = await harness.drain()
+
+    assert report.outcomes == {RunOutcome.COMPLETED: 1}
+    assert (await harness.runs.get(left.id)).state is AgentRunState.QUEUED
+    assert (await harness.runs.get(done.id)).state is AgentRunState.ENDED
+    assert harness.clock.now() == START
+
+
+async def test_a_lease_its_holder_lost_is_taken_back_when_it_expires_and_run_again(
+    agentruns_harness: HarnessFactory,
+) -> None:
+    harness = agentruns_harness(PLAIN, start=START)
+    run = await harness.runs.enqueue("plain", workspace="acme", subject="doc:1")
+    [lost] = await harness.runs.claim("a-worker-that-died")
+
+    report = await harness.drain()
+
+    assert (report.taken_back, report.outcomes) == (1, {RunOutcome.COMPLETED: 1})
+    done = await harness.runs.get(run.id)
+    assert (done.end_reason, done.epoch, done.attempt) == (TerminationReason.COMPLETED, 2, 1)
+    [answered] = await harness.runs.events(run.id)
+    assert answered.created_at >= lost.leased_until  # type: ignore[operator]
+
+
+async def test_drain_without_advance_leaves_the_clock_alone(
+    agentruns_harness: HarnessFactory,
+) -> None:
+    harness = agentruns_harness(PLAIN, start=START)
+    later = await harness.runs.enqueue(
+        "plain", workspace="acme", subject="doc:1", due_at=START + timedelta(minutes=1)
+    )
+    report = await harness.drain(advance=False)
+    assert (report.outcomes, harness.clock.now()) == ({}, START)
+    assert (await harness.runs.get(later.id)).state is AgentRunState.QUEUED
+    await harness.drain()
+    assert (await harness.runs.get(later.id)).state is AgentRunState.ENDED
