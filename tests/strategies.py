@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
+from zoneinfo import ZoneInfo
 
 from hypothesis import strategies as st
 
@@ -91,3 +92,66 @@ short_delays = st.integers(min_value=0, max_value=90).map(lambda s: timedelta(se
 holder_end_reasons = st.sampled_from(
     [TerminationReason.COMPLETED, TerminationReason.FAILED, TerminationReason.NOT_RETRYABLE]
 )
+
+
+# Schedules: cron expressions a reference matcher can read (minute and hour fields only), zones
+# with DST rules of every shape (an hour, half an hour, southern hemisphere, none), and instants
+# over several years so every transition of those zones comes up.
+schedule_zones = st.sampled_from(
+    [
+        "UTC",
+        "Europe/Paris",
+        "America/New_York",
+        "Australia/Lord_Howe",
+        "America/Santiago",
+        "Asia/Kolkata",
+    ]
+)
+minute_crons = st.sampled_from(
+    [
+        "* * * * *",
+        "*/15 * * * *",
+        "30 2 * * *",
+        "0 2 * * *",
+        "45 1,2,3 * * *",
+        "0,30 * * * *",
+        "15 */3 * * *",
+        "0 0 * * *",
+    ]
+)
+schedule_instants = st.datetimes(
+    min_value=datetime(2024, 1, 1),
+    max_value=datetime(2028, 12, 31),
+    timezones=st.just(UTC),
+)
+intervals = st.one_of(
+    st.sampled_from([1, 7, 60, 90, 3600, 86400]),
+    st.integers(min_value=1, max_value=7 * 86400),
+).map(lambda s: timedelta(seconds=s))
+
+
+def _transitions(name: str, year: int = 2026) -> list[datetime]:
+    """The instants (to the hour) in ``year`` when zone ``name`` changes its offset."""
+    tz = ZoneInfo(name)
+    found = []
+    moment = datetime(year, 1, 1, tzinfo=UTC)
+    offset = moment.astimezone(tz).utcoffset()
+    while moment.year == year:
+        moment += timedelta(hours=1)
+        now_offset = moment.astimezone(tz).utcoffset()
+        if now_offset != offset:
+            found.append(moment)
+            offset = now_offset
+    return found
+
+
+DST_TRANSITIONS = [
+    moment
+    for zone_name in ("Europe/Paris", "America/New_York", "Australia/Lord_Howe", "America/Santiago")
+    for moment in _transitions(zone_name)
+]
+# Half the draws land within six hours of a transition of one of the zones.
+near_transitions = st.tuples(
+    st.sampled_from(DST_TRANSITIONS), st.integers(min_value=-6 * 3600, max_value=6 * 3600)
+).map(lambda pair: pair[0] + timedelta(seconds=pair[1]))
+schedule_moments = st.one_of(schedule_instants, near_transitions)

@@ -85,6 +85,18 @@ _HOMES: dict[str, str] = {
     "InvalidToken": "agentruns.domain.errors",
     "StoreUnavailable": "agentruns.domain.errors",
     "TransactionConflict": "agentruns.domain.errors",
+    # Schedules declared with the kinds, and the scheduler any replica runs (ADRs/0015)
+    "Schedule": "agentruns.domain.schedule",
+    "Schedules": "agentruns.domain.schedule",
+    "CatchUp": "agentruns.domain.schedule",
+    "ScheduleState": "agentruns.domain.ticks",
+    "AgentSchedules": "agentruns.app.schedules",
+    "SyncReport": "agentruns.app.schedules",
+    "ScheduleTick": "agentruns.app.schedule_ports",
+    "AgentScheduler": "agentruns.app.scheduler",
+    "SchedulerReport": "agentruns.app.scheduler",
+    "InvalidSchedule": "agentruns.domain.errors",
+    "ScheduleNotFound": "agentruns.domain.errors",
     # Sandboxes (the `k8s` and `gateway` extras; docs/sandboxes.md)
     "AgentSandbox": "agentruns.domain.sandbox",
     "AgentSandboxKind": "agentruns.app.sandboxes",
@@ -157,6 +169,17 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
         AgentSandboxes as AgentSandboxes,
         AgentSandboxKind as AgentSandboxKind,
     )
+    from agentruns.app.schedule_ports import (
+        ScheduleTick as ScheduleTick,
+    )
+    from agentruns.app.scheduler import (
+        AgentScheduler as AgentScheduler,
+        SchedulerReport as SchedulerReport,
+    )
+    from agentruns.app.schedules import (
+        AgentSchedules as AgentSchedules,
+        SyncReport as SyncReport,
+    )
     from agentruns.app.worker import (
         Worker as Worker,
         WorkerStats as WorkerStats,
@@ -174,6 +197,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
         InvalidBand as InvalidBand,
         InvalidPayload as InvalidPayload,
         InvalidRequest as InvalidRequest,
+        InvalidSchedule as InvalidSchedule,
         InvalidToken as InvalidToken,
         LeaseExpired as LeaseExpired,
         LeaseLost as LeaseLost,
@@ -181,6 +205,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
         RunNotFound as RunNotFound,
         SandboxError as SandboxError,
         SandboxNotLive as SandboxNotLive,
+        ScheduleNotFound as ScheduleNotFound,
         StaleEpoch as StaleEpoch,
         StoreUnavailable as StoreUnavailable,
         TransactionConflict as TransactionConflict,
@@ -207,12 +232,20 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
     from agentruns.domain.sandbox import (
         AgentSandbox as AgentSandbox,
     )
+    from agentruns.domain.schedule import (
+        CatchUp as CatchUp,
+        Schedule as Schedule,
+        Schedules as Schedules,
+    )
     from agentruns.domain.states import (
         AgentRunState as AgentRunState,
     )
     from agentruns.domain.termination import (
         RunOutcome as RunOutcome,
         TerminationReason as TerminationReason,
+    )
+    from agentruns.domain.ticks import (
+        ScheduleState as ScheduleState,
     )
     from agentruns.entrypoints.connect import (
         AgentRunsClient as AgentRunsClient,

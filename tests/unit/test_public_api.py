@@ -16,6 +16,17 @@ import agentruns
 # A host may rely on every name here; a name leaves only with a deprecation. Adding one is a
 # decision too: it goes here in the same change.
 PUBLIC = [
+    "SyncReport",
+    "Schedules",
+    "SchedulerReport",
+    "ScheduleTick",
+    "ScheduleState",
+    "ScheduleNotFound",
+    "Schedule",
+    "InvalidSchedule",
+    "CatchUp",
+    "AgentSchedules",
+    "AgentScheduler",
     "AgentRun",
     "AgentRunFence",
     "AgentRunHandler",

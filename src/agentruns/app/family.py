@@ -1,7 +1,8 @@
 """The adapter family port: every store a profile provides, chosen once at the composition root.
 
 A family shares one connection scope (a PostgreSQL engine, or one memory database) among its
-stores, so the run store, the sandbox store and the read model see the same transactions.
+stores, so the run store, the sandbox store, the schedule store and the read model see the same
+transactions.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from typing import Protocol
 
 from agentruns.app.ports import Stores
 from agentruns.app.sandbox_ports import SandboxStore
+from agentruns.app.schedule_ports import ScheduleStore
 from agentruns.app.stats import RunStats
 
 
@@ -24,6 +26,9 @@ class AdapterFamily(Protocol):
 
     @property
     def stats(self) -> RunStats: ...
+
+    @property
+    def schedules(self) -> ScheduleStore: ...
 
     async def close(self) -> None:
         """Release what the family holds (a pool and a listening connection); idempotent."""

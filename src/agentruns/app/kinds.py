@@ -13,10 +13,11 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from agentruns.app.ports import BudgetHold, Transaction
-from agentruns.domain.errors import UnknownKind
+from agentruns.domain.errors import InvalidSchedule, UnknownKind
 from agentruns.domain.kinds import RunKindPolicy
 from agentruns.domain.payload import JsonObject
 from agentruns.domain.run import AgentRun, RunChange
+from agentruns.domain.schedule import Schedule, Schedules
 
 
 @dataclass(frozen=True, slots=True)
@@ -99,19 +100,37 @@ class RunKind:
 
 
 class RunKinds:
-    """The registry of kinds; built at composition time, read-only while workers run."""
+    """The registry of kinds and the schedules of their runs; built at composition time,
+    read-only while workers run. A schedule names a kind registered here."""
 
-    def __init__(self, kinds: Iterable[RunKind] = ()) -> None:
+    def __init__(
+        self, kinds: Iterable[RunKind] = (), *, schedules: Iterable[Schedule] = ()
+    ) -> None:
         self._kinds: dict[str, RunKind] = {}
         self._domain_rows = False
+        self._schedules = Schedules()
         for kind in kinds:
             self.register(kind)
+        for schedule in schedules:
+            self.schedule(schedule)
 
     def register(self, kind: RunKind) -> None:
         if kind.name in self._kinds:
             raise ValueError(f"run kind {kind.name!r} is registered twice")
         self._kinds[kind.name] = kind
         self._domain_rows = self._domain_rows or kind.handler.has_domain_row
+
+    def schedule(self, schedule: Schedule) -> None:
+        """Declare a schedule of runs of a registered kind (synced to the table on start)."""
+        if schedule.kind not in self._kinds:
+            raise InvalidSchedule(
+                f"schedule {schedule.name!r} runs kind {schedule.kind!r}, which is not registered"
+            )
+        self._schedules.add(schedule)
+
+    @property
+    def schedules(self) -> Schedules:
+        return self._schedules
 
     @property
     def any_domain_rows(self) -> bool:

@@ -6,9 +6,11 @@
     ├── InvalidRequest               bad input refused before anything is written
     │   ├── UnknownKind              no run kind registered under that name
     │   ├── InvalidPayload           the payload is not a JSON object
-    │   └── InvalidBand              no such band
+    │   ├── InvalidBand              no such band
+    │   └── InvalidSchedule          a schedule that cannot tick (cron, timezone, template)
     ├── IllegalTransition            the state table does not allow the move
     ├── RunNotFound                  no run with that id
+    ├── ScheduleNotFound             no schedule by that name
     ├── LeaseLost                    the fence is stale or its lease has expired
     │   ├── StaleEpoch               a newer claim took the run
     │   └── LeaseExpired             the lease's leased_until has passed
@@ -50,6 +52,11 @@ class InvalidBand(InvalidRequest):
     """The band is not one of INTERACTIVE, BATCH, BACKGROUND."""
 
 
+class InvalidSchedule(InvalidRequest):
+    """A schedule's definition is refused: its cron expression, interval, timezone, subject
+    template, catch-up policy or run fields."""
+
+
 class IllegalTransition(AgentRunsError):
     """The state table refuses the requested move."""
 
@@ -62,6 +69,10 @@ class IllegalTransition(AgentRunsError):
 
 class RunNotFound(AgentRunsError, LookupError):
     """No run carries the given id."""
+
+
+class ScheduleNotFound(AgentRunsError, LookupError):
+    """No schedule carries the given name."""
 
 
 class LeaseLost(AgentRunsError):

@@ -30,6 +30,8 @@ from agentruns.app.reaper import AgentRunReaper
 from agentruns.app.runs import AgentRuns
 from agentruns.app.sandbox_reaper import AgentSandboxReaper
 from agentruns.app.sandboxes import AgentSandboxes
+from agentruns.app.scheduler import AgentScheduler
+from agentruns.app.schedules import AgentSchedules
 from agentruns.app.worker import Worker
 from agentruns.domain.backoff import RandomSource
 from agentruns.domain.errors import StoreUnavailable
@@ -110,6 +112,19 @@ class AgentRunsClient:
         """The reaper over these runs: ``await reaper.run(stop, every=...)`` on every replica."""
         reaper: AgentRunReaper = self._container.reaper()
         return reaper
+
+    @property
+    def schedules(self) -> AgentSchedules:
+        """The schedules the kinds declare, as the table keeps them: ``sync()`` (what the
+        worker and reaper commands do on start), ``all()``, ``pause(name)``, ``resume(name)``."""
+        schedules: AgentSchedules = self._container.schedules()
+        return schedules
+
+    def scheduler(self) -> AgentScheduler:
+        """The scheduler over these kinds: ``await scheduler.run(stop, every=...)`` on any
+        number of replicas enqueues each due tick once (ADRs/0015)."""
+        scheduler: AgentScheduler = self._container.scheduler()
+        return scheduler
 
     @property
     def sandboxes(self) -> AgentSandboxes:

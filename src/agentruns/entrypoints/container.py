@@ -37,6 +37,8 @@ from agentruns.app.runs import AgentRuns
 from agentruns.app.sandbox_ports import SandboxClaims, SandboxTokens
 from agentruns.app.sandbox_reaper import AgentSandboxReaper
 from agentruns.app.sandboxes import AgentSandboxes, AgentSandboxKind
+from agentruns.app.scheduler import AgentScheduler
+from agentruns.app.schedules import AgentSchedules
 from agentruns.app.worker import Worker
 from agentruns.domain.backoff import RandomSource
 from agentruns.domain.errors import StoreUnavailable
@@ -136,6 +138,16 @@ class AgentRunsContainer(containers.DeclarativeContainer):
             lambda settings: settings.poll_interval.total_seconds(), settings
         ),
         metrics=metrics,
+    )
+
+    # Schedules: synced from the kinds' declarations, ticked by any replica's scheduler.
+    schedule_store = family.provided.schedules
+    schedules = providers.Singleton(AgentSchedules, runs=runs, store=schedule_store)
+    scheduler = providers.Singleton(
+        AgentScheduler,
+        runs=runs,
+        store=schedule_store,
+        tick_retention=settings.provided.schedule_tick_retention,
     )
 
     sandbox_store = family.provided.sandboxes

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import re
 from datetime import timedelta
-from typing import Annotated
+from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, PositiveInt
 from pydantic_settings import BaseSettings, SettingsConfigDict
@@ -47,3 +47,9 @@ class AgentRunsSettings(BaseSettings):
     poll_interval: Duration = timedelta(seconds=2)
     shutdown_grace: Duration = timedelta(seconds=30)
     reap_batch: PositiveInt = 500
+    # Which long-running commands run the scheduler loop (every replica of them may: no
+    # leader), at most how long a pass waits before it looks again, and how long claimed ticks
+    # are kept for `agentruns schedules` (ADRs/0015).
+    scheduler: Literal["both", "worker", "reaper", "off"] = "both"
+    scheduler_interval: Duration = timedelta(seconds=5)
+    schedule_tick_retention: Duration = timedelta(days=7)

@@ -13,13 +13,16 @@ On PostgreSQL every statement reads the manual clock (the database must be migra
 plugin's ``agentruns_database_url`` gives a fresh one per test). :meth:`AgentRunsHarness.drain`
 runs the worker and the reaper until nothing is left to do, moving the clock to the next moment
 at which production would act, so backoffs, deadlines, budget holds and lost leases play out in a
-test without waiting.
+test without waiting. With schedules (``harness(kind, schedules=[...])``) and
+``drain(until=...)``, it also moves the clock across every schedule tick up to ``until``, so a
+test can say "after three days, three digests ran".
 """
 
 from __future__ import annotations
 
 import random
 from collections import Counter
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import TracebackType
@@ -32,9 +35,12 @@ from agentruns.app.kinds import RunKind, RunKinds
 from agentruns.app.ports import Stores
 from agentruns.app.reaper import AgentRunReaper
 from agentruns.app.runs import MAX_PAGE, AgentRuns
+from agentruns.app.scheduler import AgentScheduler
+from agentruns.app.schedules import AgentSchedules
 from agentruns.app.worker import Worker
 from agentruns.domain.claim_order import next_moment
 from agentruns.domain.run import AgentRun
+from agentruns.domain.schedule import Schedule
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import RunOutcome
 from agentruns.entrypoints.container import AgentRunsContainer, compose
@@ -42,9 +48,11 @@ from agentruns.entrypoints.container import AgentRunsContainer, compose
 
 @dataclass
 class DrainReport:
-    """What a drain did: worker outcomes, the reaper's take-backs and ends of overdue runs."""
+    """What a drain did: worker outcomes, the reaper's take-backs and ends of overdue runs, and
+    the runs schedule ticks enqueued."""
 
     outcomes: Counter[RunOutcome] = field(default_factory=Counter)
+    scheduled: int = 0
     taken_back: int = 0
     overdue_ended: int = 0
     rounds: int = 0
@@ -52,7 +60,8 @@ class DrainReport:
 
 class AgentRunsHarness:
     """agentruns over one adapter family on a manual clock: ``runs``, ``worker`` (holder
-    ``test-worker``), ``reaper``, ``kinds`` (register more before draining), ``clock``."""
+    ``test-worker``), ``reaper``, ``schedules`` and ``scheduler``, ``kinds`` (register more
+    before draining), ``clock``."""
 
     def __init__(
         self, container: AgentRunsContainer, clock: ManualClock, family: AdapterFamily
@@ -65,6 +74,9 @@ class AgentRunsHarness:
         self.runs: AgentRuns = container.runs()
         self.worker: Worker = container.worker(holder="test-worker")
         self.reaper: AgentRunReaper = container.reaper()
+        self.schedules: AgentSchedules = container.schedules()
+        self.scheduler: AgentScheduler = container.scheduler()
+        self._synced = False
 
     @property
     def memory(self) -> MemoryFamily:
@@ -105,26 +117,53 @@ class AgentRunsHarness:
             inactive=frozenset(status.inactive),
         )
 
-    async def drain(self, *, advance: bool = True, max_rounds: int = 10_000) -> DrainReport:
-        """Run worker and reaper until neither has anything to do; with ``advance``, then move
-        the clock to the next moment production would act (:meth:`next_moment`) and go on,
-        until no such moment is left. Runs of an inactive workspace are left queued."""
+    async def drain(
+        self, *, until: datetime | None = None, advance: bool = True, max_rounds: int = 10_000
+    ) -> DrainReport:
+        """Run the scheduler, worker and reaper until none has anything to do; with
+        ``advance``, then move the clock to the next moment production would act
+        (:meth:`next_moment`) and go on, until no such moment is left. Runs of an inactive
+        workspace are left queued.
+
+        With ``until``, the clock also crosses schedule ticks, and stops at ``until``: ticks,
+        due runs and lease expiries after it wait for the next drain. Without it the clock never
+        moves to a tick (a schedule has no end). The declared schedules are synced on the first
+        drain."""
+        if not self._synced:
+            await self.schedules.sync()
+            self._synced = True
         report = DrainReport()
         before = Counter(self.worker.stats.outcomes)
         for _ in range(max_rounds):
             report.rounds += 1
+            ticked = await self.scheduler.tick()
+            report.scheduled += len(ticked.enqueued)
             claimed = await self.worker.claim_and_drive(limit=32)
             reaped = await self.reaper.tick()
             report.taken_back += reaped.taken_back
             report.overdue_ended += reaped.overdue_ended
             if claimed or reaped.taken_back or reaped.overdue_ended:
                 continue
-            moment = await self.next_moment() if advance else None
+            moment = await self._next_moment(ticked.next_due_at, until) if advance else None
             if moment is None:
                 break
             self.clock.set(moment)
         report.outcomes = Counter(self.worker.stats.outcomes) - before
         return report
+
+    async def _next_moment(
+        self, next_tick: datetime | None, until: datetime | None
+    ) -> datetime | None:
+        moment = await self.next_moment()
+        if until is None:
+            return moment
+        now = self.clock.now()
+        later = [
+            candidate
+            for candidate in (moment, next_tick, until)
+            if candidate is not None and now < candidate <= until
+        ]
+        return min(later, default=None)
 
     async def close(self) -> None:
         """Release what the family holds (a PostgreSQL pool); closing twice does nothing."""
@@ -147,7 +186,11 @@ class HarnessFactory(Protocol):
     PostgreSQL), closed after the test."""
 
     def __call__(
-        self, *kinds: RunKind, seed: int = 0, start: datetime | None = None
+        self,
+        *kinds: RunKind,
+        seed: int = 0,
+        start: datetime | None = None,
+        schedules: Sequence[Schedule] = (),
     ) -> AgentRunsHarness: ...
 
 
@@ -156,10 +199,12 @@ def harness(
     seed: int = 0,
     start: datetime | None = None,
     database_url: str | None = None,
+    schedules: Sequence[Schedule] = (),
 ) -> AgentRunsHarness:
-    """A ready agentruns with a manual clock (at ``start``), randomness seeded with ``seed`` and
-    these kinds: in memory, or on the migrated PostgreSQL database at ``database_url``, whose
-    statements then all read the manual clock. Close it (or ``async with``) on PostgreSQL."""
+    """A ready agentruns with a manual clock (at ``start``), randomness seeded with ``seed``,
+    these kinds and the schedules of their runs: in memory, or on the migrated PostgreSQL
+    database at ``database_url``, whose statements then all read the manual clock. Close it (or
+    ``async with``) on PostgreSQL."""
     clock = ManualClock(start)
     family: AdapterFamily
     if database_url is None:
@@ -168,5 +213,7 @@ def harness(
         from agentruns.adapters.postgres import PostgresFamily
 
         family = PostgresFamily(database_url, clock)
-    container = compose(family, kinds=RunKinds(kinds), clock=clock, rng=random.Random(seed))
+    container = compose(
+        family, kinds=RunKinds(kinds, schedules=schedules), clock=clock, rng=random.Random(seed)
+    )
     return AgentRunsHarness(container, clock, family)

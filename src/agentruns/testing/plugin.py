@@ -3,8 +3,9 @@
 Fixtures, each named ``agentruns_*``:
 
 ``agentruns_harness``
-    A factory, ``agentruns_harness(*kinds, seed=0, start=None)``, of harnesses on this test's
-    adapter; the test runs once in memory and once on PostgreSQL (``[memory]``, ``[postgres]``).
+    A factory, ``agentruns_harness(*kinds, seed=0, start=None, schedules=())``, of harnesses
+    on this test's adapter; the test runs once in memory and once on PostgreSQL (``[memory]``,
+    ``[postgres]``).
     Harnesses are closed after the test.
 ``agentruns_adapter``
     ``"memory"`` or ``"postgres"``: the parameter ``agentruns_harness`` runs over.
@@ -34,6 +35,7 @@ import pytest
 if TYPE_CHECKING:
     from agentruns.adapters.postgres.migrate import MigrationChain
     from agentruns.app.kinds import RunKind
+    from agentruns.domain.schedule import Schedule
     from agentruns.testing._harness import AgentRunsHarness, HarnessFactory
     from agentruns.testing.postgres import PostgresTestServer
 
@@ -73,8 +75,13 @@ def agentruns_adapter(request: pytest.FixtureRequest) -> str:
 def _factory(url: str | None, made: list[AgentRunsHarness]) -> HarnessFactory:
     from agentruns.testing._harness import harness
 
-    def make(*kinds: RunKind, seed: int = 0, start: datetime | None = None) -> AgentRunsHarness:
-        built = harness(*kinds, seed=seed, start=start, database_url=url)
+    def make(
+        *kinds: RunKind,
+        seed: int = 0,
+        start: datetime | None = None,
+        schedules: Sequence[Schedule] = (),
+    ) -> AgentRunsHarness:
+        built = harness(*kinds, seed=seed, start=start, database_url=url, schedules=schedules)
         made.append(built)
         return built
 

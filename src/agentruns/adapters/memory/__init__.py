@@ -11,6 +11,7 @@ from agentruns.adapters.memory.notifier import MemoryNotifier
 from agentruns.adapters.memory.runs import MemoryEventLog, MemoryRunStore
 from agentruns.adapters.memory.sandbox_claims import MemorySandboxClaims
 from agentruns.adapters.memory.sandboxes import MemorySandboxStore
+from agentruns.adapters.memory.schedules import MemoryScheduleStore
 from agentruns.adapters.memory.stats import MemoryRunStats
 from agentruns.adapters.memory.workspaces import MemoryWorkspaceStore
 from agentruns.app.family import AdapterFamily
@@ -30,6 +31,7 @@ class MemoryFamily(AdapterFamily):
         self.events = MemoryEventLog(self.database, clock, self.runs)
         self._sandboxes = MemorySandboxStore(self.database, clock, self.runs)
         self._stats = MemoryRunStats(self.database, self.runs, self.workspaces, clock)
+        self._schedules = MemoryScheduleStore(self.database, clock)
         self._stores = Stores(
             scope=self.database,
             runs=self.runs,
@@ -50,6 +52,10 @@ class MemoryFamily(AdapterFamily):
     def stats(self) -> MemoryRunStats:
         return self._stats
 
+    @property
+    def schedules(self) -> MemoryScheduleStore:
+        return self._schedules
+
     async def close(self) -> None:
         """Nothing to release: the family lives as long as a reference to it."""
 
@@ -68,6 +74,7 @@ __all__ = [
     "MemoryRunStore",
     "MemorySandboxClaims",
     "MemorySandboxStore",
+    "MemoryScheduleStore",
     "MemoryTable",
     "MemoryTransaction",
     "MemoryWorkspaceStore",

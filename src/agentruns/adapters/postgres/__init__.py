@@ -11,6 +11,7 @@ from agentruns.adapters.postgres.migrate import migrate, migrations_path
 from agentruns.adapters.postgres.notifier import PostgresNotifier
 from agentruns.adapters.postgres.runs import PostgresEventLog, PostgresRunStore
 from agentruns.adapters.postgres.sandboxes import PostgresSandboxStore
+from agentruns.adapters.postgres.schedules import PostgresScheduleStore
 from agentruns.adapters.postgres.stats import PostgresRunStats
 from agentruns.adapters.postgres.workspaces import PostgresWorkspaceStore
 from agentruns.app.family import AdapterFamily
@@ -18,7 +19,8 @@ from agentruns.app.ports import Clock, Stores
 
 
 class PostgresFamily(AdapterFamily):
-    """The PostgreSQL stores over one engine, the sandbox store and the read model beside them.
+    """The PostgreSQL stores over one engine; the sandbox and schedule stores and the read model
+    beside them.
 
     Opens no connection until first used; :meth:`close` disposes of the pool and the listening
     connection. Every time decision is on the database clock unless ``clock`` pins one (tests).
@@ -41,6 +43,7 @@ class PostgresFamily(AdapterFamily):
         )
         self._sandboxes = PostgresSandboxStore(self.database)
         self._stats = PostgresRunStats(self.database)
+        self._schedules = PostgresScheduleStore(self.database)
 
     @property
     def stores(self) -> Stores:
@@ -53,6 +56,10 @@ class PostgresFamily(AdapterFamily):
     @property
     def stats(self) -> PostgresRunStats:
         return self._stats
+
+    @property
+    def schedules(self) -> PostgresScheduleStore:
+        return self._schedules
 
     async def close(self) -> None:
         await self.notifier.close()
@@ -80,6 +87,7 @@ __all__ = [
     "PostgresNotifier",
     "PostgresRunStore",
     "PostgresSandboxStore",
+    "PostgresScheduleStore",
     "PostgresTransaction",
     "PostgresWorkspaceStore",
     "close_postgres_stores",

@@ -16,6 +16,7 @@ from sqlalchemy import (
     Integer,
     Interval,
     MetaData,
+    PrimaryKeyConstraint,
     Sequence,
     SmallInteger,
     Table,
@@ -188,4 +189,55 @@ Index(
     "ix_agent_sandbox_deleting",
     agent_sandbox.c.requested_at,
     postgresql_where=text("state = 'deleting'"),
+)
+
+# Schedules declared in code, synced on start (migrations/versions/0007_schedules.py). Exactly
+# one of cron and every; a removed schedule keeps its row (removed_at) and its ticks.
+agent_schedule = Table(
+    "agent_schedule",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("kind", Text, nullable=False),
+    Column("workspace", Text, nullable=False),
+    Column("subject", Text, nullable=False),
+    Column("band", SmallInteger, nullable=False),
+    Column("payload", JSONB, nullable=False),
+    Column("cron", Text),
+    Column("every", Interval),
+    Column("timezone", Text, nullable=False),
+    Column("catch_up", Text, nullable=False),
+    Column("catch_up_limit", Integer, nullable=False),
+    Column("grace", Interval, nullable=False),
+    Column("paused", Boolean, nullable=False, server_default=text("false")),
+    Column("next_tick_at", TZ),
+    Column("last_tick_at", TZ),
+    Column("last_run", UUID(as_uuid=True)),
+    Column("created_at", TZ, nullable=False),
+    Column("updated_at", TZ, nullable=False),
+    Column("removed_at", TZ),
+    CheckConstraint("(cron IS NULL) <> (every IS NULL)", name="ck_agent_schedule_timing"),
+    CheckConstraint("catch_up IN ('latest', 'all', 'none')", name="ck_agent_schedule_catch_up"),
+    CheckConstraint("band BETWEEN 0 AND 2", name="ck_agent_schedule_band"),
+    CheckConstraint("catch_up_limit >= 1", name="ck_agent_schedule_catch_up_limit"),
+)
+Index(
+    "ix_agent_schedule_due",
+    agent_schedule.c.next_tick_at,
+    postgresql_where=text("NOT paused AND removed_at IS NULL"),
+)
+
+# One row per claimed tick: its key is what makes a second replica's claim a no-op.
+agent_schedule_tick = Table(
+    "agent_schedule_tick",
+    metadata,
+    Column(
+        "schedule",
+        Text,
+        ForeignKey("agent_schedule.name", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("tick_at", TZ, nullable=False),
+    Column("run_id", UUID(as_uuid=True)),
+    Column("enqueued_at", TZ, nullable=False),
+    PrimaryKeyConstraint("schedule", "tick_at", name="pk_agent_schedule_tick"),
 )

@@ -11,6 +11,7 @@ import typer
 from agentruns.app.metrics import sample_queue_depth
 from agentruns.entrypoints import container as composition
 from agentruns.entrypoints.cli.root import DataDir, KindRefs, SandboxesRef, app, db_app, out
+from agentruns.entrypoints.cli.schedules import start_scheduler
 from agentruns.entrypoints.cli.support import (
     CliError,
     database,
@@ -107,11 +108,15 @@ async def _work(built: AgentRunsContainer, holder: str) -> None:
         "worker started",
         extra={"holder": holder, "kinds": ",".join(built.kinds().names())},
     )
+    scheduling = None
     try:
+        scheduling = await start_scheduler(built, "worker", stop)
         await running.run(stop, grace=config.shutdown_grace.total_seconds())
     finally:
         stop.set()
         await sampler
+        if scheduling is not None:
+            await scheduling
         outcomes = {str(key): value for key, value in running.stats.outcomes.items()}
         log.info(
             "worker stopped",
@@ -155,7 +160,9 @@ async def _reap(built: AgentRunsContainer, every: float, *, sandboxes: bool) -> 
         sample_queue_depth(built.run_stats(), built.stores().scope, built.metrics(), stop, 5.0)
     )
     log.info("reaper started", extra={"every": every, "sandboxes": sandboxes})
+    scheduling = None
     try:
+        scheduling = await start_scheduler(built, "reaper", stop)
         # Both on the same tick and stop: neither needs a leader, so every replica runs both.
         async with asyncio.TaskGroup() as reapers:
             reapers.create_task(built.reaper().run(stop, every=every))
@@ -164,5 +171,7 @@ async def _reap(built: AgentRunsContainer, every: float, *, sandboxes: bool) -> 
     finally:
         stop.set()
         await sampler
+        if scheduling is not None:
+            await scheduling
         log.info("reaper stopped")
         await composition.close(built)

@@ -21,6 +21,7 @@ from rich.console import Console
 
 from agentruns.app.kinds import RunKind, RunKinds
 from agentruns.domain.errors import AgentRunsError
+from agentruns.domain.schedule import Schedule
 from agentruns.entrypoints import container as composition
 from agentruns.entrypoints.container import AgentRunsContainer, SandboxHosting
 from agentruns.entrypoints.settings import AgentRunsSettings
@@ -114,12 +115,18 @@ def stop_on_signals(stop: asyncio.Event) -> None:
 
 
 def load_kinds(refs: Iterable[str]) -> RunKinds:
-    """Kinds named ``module:object``; the object is a RunKinds, a RunKind, an iterable of
-    RunKind, or a callable without arguments that returns one of those."""
+    """Kinds named ``module:object``; the object is a RunKinds (with the schedules it
+    declares), a RunKind, an iterable of RunKind, or a callable without arguments that returns
+    one of those."""
     registry = RunKinds()
+    schedules: list[Schedule] = []
     for ref in refs:
-        for kind in _kinds_of(ref):
+        kinds, declared = _kinds_of(ref)
+        for kind in kinds:
             registry.register(kind)
+        schedules.extend(declared)
+    for schedule in schedules:  # once every kind is in: a schedule may name another ref's kind
+        registry.schedule(schedule)
     return registry
 
 
@@ -143,18 +150,18 @@ def _resolve(ref: str, option: str) -> object:
     return found
 
 
-def _kinds_of(ref: str) -> list[RunKind]:
+def _kinds_of(ref: str) -> tuple[list[RunKind], list[Schedule]]:
     found = _resolve(ref, "--kinds")
     if callable(found) and not isinstance(found, RunKinds | RunKind):
         found = found()
     if isinstance(found, RunKinds):
-        return [found.get(name) for name in found.names()]
+        return [found.get(name) for name in found.names()], list(found.schedules)
     if isinstance(found, RunKind):
-        return [found]
+        return [found], []
     if isinstance(found, Iterable):
         kinds = list(found)
         if all(isinstance(kind, RunKind) for kind in kinds):
-            return [kind for kind in kinds if isinstance(kind, RunKind)]
+            return [kind for kind in kinds if isinstance(kind, RunKind)], []
     raise CliError(f"--kinds {ref} is not a RunKinds, a RunKind or a list of RunKind")
 
 
