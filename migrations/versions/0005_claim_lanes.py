@@ -1,7 +1,7 @@
 """The claim at scale: head runs, workspace lanes in claim order, and a ledger (ADRs/0013).
 
 Revision ID: 0005_claim_lanes
-Revises: 0008_review_example_out
+Revises: 0007_schedules
 
 A subject's head is now a flag on its run (``head``): the subject's leased run, or else its
 first queued run. ``uq_agent_run_head`` allows one head per (workspace, subject), and a leased
@@ -32,7 +32,7 @@ from types import ModuleType
 from alembic import op
 
 revision = "0005_claim_lanes"
-down_revision = "0008_review_example_out"
+down_revision = "0007_schedules"
 branch_labels = None
 depends_on = None
 
