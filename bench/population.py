@@ -33,7 +33,7 @@ FROM generate_series(1, %(count)s) AS g
 """
 
 # What the triggers would have kept: each subject's head (its leased run, else its first queued
-# run), a row per workspace, and every lane folded (ADRs/0013).
+# run), a row per workspace, and every lane folded (ADRs/0017).
 BOOKKEEPING = """
 UPDATE agent_run r SET head = true
 FROM (SELECT DISTINCT ON (q.workspace, q.subject) q.id

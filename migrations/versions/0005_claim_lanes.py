@@ -1,4 +1,4 @@
-"""The claim at scale: head runs, workspace lanes in claim order, and a ledger (ADRs/0013).
+"""The claim at scale: head runs, workspace lanes in claim order, and a ledger (ADRs/0017).
 
 Revision ID: 0005_claim_lanes
 Revises: 0007_schedules
@@ -41,6 +41,8 @@ DROP TRIGGER agent_run_bookkeeping ON agent_run;
 DROP FUNCTION agent_run_bookkeeping();
 
 ALTER TABLE agent_run ADD COLUMN head boolean NOT NULL DEFAULT false;
+-- When the current epoch's claim took the run (its queue wait is claimed_at - due_at).
+ALTER TABLE agent_run ADD COLUMN claimed_at timestamptz;
 ALTER TABLE agent_run SET (fillfactor = 80);
 -- Filling the new column moves no run: the state guard (which knows no heads yet) stands aside.
 ALTER TABLE agent_run DISABLE TRIGGER guard_agent_run;
@@ -232,7 +234,7 @@ CREATE TRIGGER agent_run_requeued AFTER UPDATE ON agent_run
 CLAIM = """
 CREATE TYPE agent_claim_candidate AS (id uuid, eb integer, load bigint);
 
--- The claim (ADRs/0013). Fold the ledger into the lanes this claimer can lock; then rank the
+-- The claim (ADRs/0017). Fold the ledger into the lanes this claimer can lock; then rank the
 -- first p_pool subject heads in claim order: the lanes give, per band, the workspaces in order
 -- of (leased, first head), and the first p_pool distinct workspaces hold every head the first
 -- p_pool claims can take; their heads are ranked as the domain's claim_order ranks them (load =
@@ -246,7 +248,9 @@ CREATE FUNCTION agent_claim(
     id uuid, kind text, workspace text, subject text, band smallint, payload jsonb, state text,
     epoch integer, attempt integer, seq bigint, enqueued_at timestamptz, due_at timestamptz,
     lease interval, deadline_at timestamptz, leased_until timestamptz, holder text,
-    end_reason text, ended_at timestamptz, continues uuid, claim_band integer, claim_load bigint
+    end_reason text, ended_at timestamptz, continues uuid, domain_row boolean,
+    trace_context jsonb, last_error_type text, last_error text, last_failure_class text,
+    claim_band integer, claim_load bigint
 ) LANGUAGE plpgsql
 -- Every read here goes through an index: a sequential scan of the lanes or the runs would make
 -- the claim's cost grow with them, whatever the planner thinks of a generic plan's row counts.
@@ -396,7 +400,7 @@ BEGIN
         ),
         claimed AS (
             UPDATE agent_run r SET state = 'leased', epoch = r.epoch + 1,
-                leased_until = now_ + r.lease, holder = p_holder
+                leased_until = now_ + r.lease, holder = p_holder, claimed_at = now_
             FROM picked WHERE r.id = picked.id AND r.id = ANY (ARRAY(SELECT id FROM picked))
             RETURNING r.id, picked.eb, picked.load, picked.ord
         )
@@ -415,7 +419,9 @@ BEGIN
     RETURN QUERY
         SELECT r.id, r.kind, r.workspace, r.subject, r.band, r.payload, r.state, r.epoch,
                r.attempt, r.seq, r.enqueued_at, r.due_at, r.lease, r.deadline_at,
-               r.leased_until, r.holder, r.end_reason, r.ended_at, r.continues, x.eb, x.load
+               r.leased_until, r.holder, r.end_reason, r.ended_at, r.continues, r.domain_row,
+               r.trace_context, r.last_error_type, r.last_error, r.last_failure_class, x.eb,
+               x.load
         FROM unnest(ids, bands, loads) WITH ORDINALITY AS x (id, eb, load, ord)
         CROSS JOIN LATERAL (SELECT * FROM agent_run r WHERE r.id = x.id) r
         ORDER BY x.ord;
@@ -484,7 +490,8 @@ DROP INDEX uq_agent_run_head;
 DROP INDEX ix_agent_run_offered;
 DROP INDEX ix_agent_run_waiting;
 DROP INDEX ix_agent_run_leased;
-ALTER TABLE agent_run DROP CONSTRAINT ck_agent_run_head, DROP COLUMN head;
+ALTER TABLE agent_run DROP CONSTRAINT ck_agent_run_head, DROP COLUMN head,
+    DROP COLUMN claimed_at;
 ALTER TABLE agent_run RESET (fillfactor);
 CREATE UNIQUE INDEX uq_agent_run_leased_subject ON agent_run (workspace, subject)
     WHERE state = 'leased';

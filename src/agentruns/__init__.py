@@ -68,12 +68,18 @@ _HOMES: dict[str, str] = {
     "FallbackChainExhausted": "agentruns.domain.failures",
     "FailureClass": "agentruns.domain.failures",
     "classify": "agentruns.domain.failures",
+    "ClassifiedFailure": "agentruns.domain.failures",
+    "KindClassifier": "agentruns.domain.failures",
+    # What a failed attempt leaves on its run (AgentRuns.failures, AgentRun.last_failure)
+    "FailureRecord": "agentruns.domain.failure_records",
+    "LastFailure": "agentruns.domain.failure_records",
     # Errors agentruns raises (the tree is in agentruns.domain.errors' docstring)
     "AgentRunsError": "agentruns.domain.errors",
     "InvalidRequest": "agentruns.domain.errors",
     "UnknownKind": "agentruns.domain.errors",
     "InvalidPayload": "agentruns.domain.errors",
     "InvalidBand": "agentruns.domain.errors",
+    "InvalidDuration": "agentruns.domain.errors",
     "IllegalTransition": "agentruns.domain.errors",
     "RunNotFound": "agentruns.domain.errors",
     "LeaseLost": "agentruns.domain.errors",
@@ -195,6 +201,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
         AgentRunsError as AgentRunsError,
         IllegalTransition as IllegalTransition,
         InvalidBand as InvalidBand,
+        InvalidDuration as InvalidDuration,
         InvalidPayload as InvalidPayload,
         InvalidRequest as InvalidRequest,
         InvalidSchedule as InvalidSchedule,
@@ -211,10 +218,16 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
         TransactionConflict as TransactionConflict,
         UnknownKind as UnknownKind,
     )
+    from agentruns.domain.failure_records import (
+        FailureRecord as FailureRecord,
+        LastFailure as LastFailure,
+    )
     from agentruns.domain.failures import (
+        ClassifiedFailure as ClassifiedFailure,
         ConfigurationError as ConfigurationError,
         FailureClass as FailureClass,
         FallbackChainExhausted as FallbackChainExhausted,
+        KindClassifier as KindClassifier,
         ProviderError as ProviderError,
         classify as classify,
     )

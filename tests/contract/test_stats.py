@@ -117,3 +117,37 @@ async def test_the_invariant_queries_find_nothing_wrong_in_a_healthy_store(
     async with backend.stores.scope.transaction() as tx:
         assert await stats.doubly_leased_subjects(tx) == []
         assert await stats.unsettled(tx) == 0
+
+
+async def test_status_names_the_kinds_of_expired_leases_and_which_are_orphaned(
+    backend: Backend, stats: RunStats, runs: AgentRuns
+) -> None:
+    """A lease that stays expired long after its expiry has no reaper that knows its kind."""
+    await runs.enqueue("chat", workspace="acme", subject="a")
+    await runs.enqueue("sweep", workspace="acme", subject="b")
+    await runs.claim("w", limit=2)
+    backend.clock.advance(LEASE)
+    status = await _status(backend, stats)
+    assert [(e.kind, e.count) for e in status.expired_by_kind] == [("chat", 1), ("sweep", 1)]
+    assert status.orphaned(timedelta(seconds=30)) == ()
+    backend.clock.advance(timedelta(minutes=1))
+    status = await _status(backend, stats)
+    assert [e.kind for e in status.orphaned(timedelta(seconds=30))] == ["chat", "sweep"]
+
+
+async def test_ended_before_counts_what_a_purge_would_delete(
+    backend: Backend, stats: RunStats, runs: AgentRuns
+) -> None:
+    old = await runs.enqueue("chat", workspace="acme", subject="a")
+    await runs.cancel(old.id)
+    backend.clock.advance(timedelta(hours=2))
+    recent = await runs.enqueue("chat", workspace="acme", subject="b")
+    await runs.cancel(recent.id)
+    await runs.enqueue("chat", workspace="acme", subject="c")
+    async with backend.stores.scope.transaction() as tx:
+        assert await stats.ended_before(tx, timedelta(hours=1)) == 1
+        assert await stats.ended_before(tx, timedelta(0)) == 1  # the recent one ended now
+    backend.clock.advance(timedelta(seconds=1))
+    async with backend.stores.scope.transaction() as tx:
+        assert await stats.ended_before(tx, timedelta(0)) == 2
+    assert await runs.purge(timedelta(hours=1)) == 1

@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
+import shutil
+import tempfile
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -17,3 +20,13 @@ def _restore_logging() -> Iterator[None]:
     logger.handlers[:] = handlers
     logger.setLevel(level)
     logger.propagate = propagate
+
+
+@pytest.fixture
+def private_dir() -> Iterator[Path]:
+    """A folder for an embedded server's data outside pytest's own temporary folder: as root,
+    the server runs as another user, whose access to the folder's parents it grants, and another
+    pytest process on the machine resets pytest's folder to its owner only (access lost)."""
+    folder = Path(tempfile.mkdtemp(prefix="agentruns-e2e-"))
+    yield folder
+    shutil.rmtree(folder, ignore_errors=True)

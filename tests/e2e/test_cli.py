@@ -23,13 +23,16 @@ import pytest
 from typer.testing import CliRunner, Result
 
 from agentruns.adapters.postgres import close_postgres_stores, make_postgres_stores
+from agentruns.app.kinds import RunKind, RunKinds
 from agentruns.app.ports import BudgetHold
 from agentruns.app.runs import AgentRuns
+from agentruns.domain.kinds import RunKindPolicy
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
 from agentruns.entrypoints.cli import app
-from agentruns.entrypoints.demo.kinds import REVIEW, demo_kinds
+from agentruns.entrypoints.demo.kinds import REVIEW, demo_kinds, scripted_steps
+from examples.review import PostgresReviewJobs, ReviewRunKind
 from tests.postgres_server import empty_database
 
 KINDS = "agentruns.entrypoints.demo.kinds:KINDS"
@@ -191,8 +194,25 @@ def test_runs_cancel_ends_a_queued_run_and_refuses_an_ended_one(postgres_url: st
     assert_one_line_error(again, "already ended")
 
 
-def test_runs_cancel_needs_the_kind_of_the_run(postgres_url: str) -> None:
+def test_runs_cancel_needs_no_kinds_for_a_kind_without_a_domain_row(postgres_url: str) -> None:
     [run] = enqueue(postgres_url, 1)
+    cancelled = invoke(postgres_url, "runs", "cancel", str(run.id))
+    assert cancelled.exit_code == 0, cancelled.output
+    assert get(postgres_url, run.id).end_reason is TerminationReason.CANCELLED
+
+
+def test_runs_cancel_needs_the_kinds_of_a_kind_with_a_domain_row(postgres_url: str) -> None:
+    """Only its handler can move its row: without it, one line naming --kinds, nothing ended."""
+
+    async def action(runs: AgentRuns) -> AgentRun:
+        review = RunKinds(
+            [RunKind(RunKindPolicy("review"), scripted_steps, ReviewRunKind(PostgresReviewJobs()))]
+        )
+        host = AgentRuns(runs.stores, review, random.Random(1))
+        return await host.enqueue("review", workspace="acme", subject="pr:1")
+
+    run = with_runs(postgres_url, action)
+    assert isinstance(run, AgentRun)
     assert_one_line_error(invoke(postgres_url, "runs", "cancel", str(run.id)), "--kinds")
     assert get(postgres_url, run.id).state is AgentRunState.QUEUED
 
@@ -295,9 +315,9 @@ def test_a_reaper_process_takes_back_an_abandoned_lease(postgres_url: str, tmp_p
 
 
 def test_without_a_url_the_cli_starts_an_embedded_postgresql_and_says_where(
-    tmp_path: Path,
+    private_dir: Path,
 ) -> None:
-    data = tmp_path / "pgdata"
+    data = private_dir / "pgdata"
     runner = CliRunner()
     env: dict[str, str | None] = {"AGENTRUNS_DATABASE_URL": None}
     upgraded = runner.invoke(app, ["db", "upgrade", "--data-dir", str(data)], env=env)

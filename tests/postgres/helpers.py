@@ -26,7 +26,8 @@ WHERE id = %s
 """
 
 RESET = """
-TRUNCATE agent_run, agent_run_event, review_job, agent_workspace, agent_workspace_delta,
+TRUNCATE agent_run, agent_run_event, agent_run_failure, review_job, agent_workspace,
+         agent_workspace_delta,
          agent_budget_hold
 """
 

@@ -6,6 +6,7 @@ import sys
 import types
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
+from pathlib import Path
 
 import pytest
 import typer
@@ -16,10 +17,12 @@ from agentruns.app.sandboxes import AgentSandboxKind
 from agentruns.domain.errors import StoreUnavailable
 from agentruns.entrypoints.cli.support import (
     CliError,
+    duration,
     guarded,
     load_kinds,
     load_sandboxes,
-    parse_duration,
+    moment,
+    port,
 )
 from agentruns.entrypoints.container import SandboxHosting
 from agentruns.entrypoints.demo.kinds import CHAT, DIGEST, REVIEW, demo_kinds
@@ -27,24 +30,62 @@ from agentruns.entrypoints.demo.kinds import CHAT, DIGEST, REVIEW, demo_kinds
 
 @pytest.mark.parametrize(
     ("text", "expected"),
-    [
-        ("7d", timedelta(days=7)),
-        ("12h", timedelta(hours=12)),
-        ("30m", timedelta(minutes=30)),
-        ("45s", timedelta(seconds=45)),
-        ("2w", timedelta(weeks=2)),
-        ("90", timedelta(seconds=90)),
-        ("1.5h", timedelta(minutes=90)),
-    ],
+    [("7d", timedelta(days=7)), ("90", timedelta(seconds=90)), ("1h30m", timedelta(minutes=90))],
 )
 def test_durations_read_as_operators_write_them(text: str, expected: timedelta) -> None:
-    assert parse_duration(text) == expected
+    assert duration(text, "--older-than") == expected
 
 
-@pytest.mark.parametrize("text", ["", "soon", "7 days", "-1d", "1y"])
-def test_a_duration_that_is_not_one_is_refused(text: str) -> None:
-    with pytest.raises(typer.BadParameter):
-        parse_duration(text)
+@pytest.mark.parametrize("text", ["", "soon", "7 days", "-1d", "1y", "999999999d"])
+def test_a_duration_that_is_not_one_is_one_line_naming_the_option(text: str) -> None:
+    with pytest.raises(CliError, match=r"^--older-than: "):
+        duration(text, "--older-than")
+
+
+def test_a_time_is_a_duration_from_now_or_an_iso_time_with_its_zone() -> None:
+    now = datetime(2026, 5, 1, 9, 0, tzinfo=UTC)
+    assert moment("10m", "--due", now) == now + timedelta(minutes=10)
+    assert moment("2026-05-02T10:00:00Z", "--due", now) == datetime(2026, 5, 2, 10, tzinfo=UTC)
+    with pytest.raises(CliError, match="no time zone"):
+        moment("2026-05-02T10:00:00", "--due", now)
+    with pytest.raises(CliError, match="neither a duration"):
+        moment("tomorrow", "--due", now)
+
+
+@pytest.mark.parametrize("value", [-1, 65536, 70000])
+def test_a_port_out_of_range_is_one_line(value: int) -> None:
+    with pytest.raises(CliError, match="is not a port"):
+        port(value, "--metrics-port")
+    assert port(0, "--metrics-port") == 0
+
+
+def test_the_current_folder_is_importable_for_kinds(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As ``python -m`` and uvicorn do: ``--kinds myapp.kinds:KINDS`` from the project folder."""
+    package = tmp_path / "myapp_here_for_test"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "kinds.py").write_text(
+        "from agentruns.entrypoints.demo.kinds import demo_kinds\nKINDS = demo_kinds()\n"
+    )
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(sys, "path", [entry for entry in sys.path if entry not in ("", ".")])
+    assert load_kinds(["myapp_here_for_test.kinds:KINDS"]).names() == [CHAT, DIGEST, REVIEW]
+    sys.modules.pop("myapp_here_for_test.kinds", None)
+    sys.modules.pop("myapp_here_for_test", None)
+
+
+def test_a_module_that_fails_to_import_is_one_line_with_its_error(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    (tmp_path / "broken_kinds_for_test.py").write_text("KINDS = [\n")
+    monkeypatch.chdir(tmp_path)
+    with pytest.raises(CliError, match="SyntaxError"):
+        load_kinds(["broken_kinds_for_test:KINDS"])
+    (tmp_path / "raising_kinds_for_test.py").write_text("raise RuntimeError('no key')\n")
+    with pytest.raises(CliError, match="RuntimeError: no key"):
+        load_kinds(["raising_kinds_for_test:KINDS"])
 
 
 @pytest.fixture

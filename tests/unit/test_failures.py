@@ -63,6 +63,7 @@ def test_standard_failures_map_to_their_class(error: Exception, expected: Failur
         (F.SERVER_ERROR, True),
         (F.TIMEOUT, True),
         (F.CONNECTION, True),
+        (F.LEASE_EXPIRED, True),
         (F.UNKNOWN, True),
     ],
 )

@@ -7,18 +7,22 @@ import json
 import logging
 import subprocess
 import sys
-from collections.abc import Iterator
+import urllib.error
+import urllib.request
+from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 
 import pytest
 from dependency_injector import providers
 from prometheus_client import CollectorRegistry
 
-from agentruns.adapters.prometheus import PrometheusMetrics
-from agentruns.app.kinds import RunKind
+from agentruns.adapters.prometheus import PrometheusMetrics, serve
+from agentruns.app.kinds import RunKind, StepEvent
 from agentruns.domain.backoff import Backoff
 from agentruns.domain.bands import Band
+from agentruns.domain.errors import StoreUnavailable
 from agentruns.domain.kinds import RunKindPolicy
+from agentruns.domain.run import AgentRun
 from agentruns.domain.termination import TerminationReason
 from agentruns.entrypoints.demo.kinds import scripted_steps
 from agentruns.entrypoints.logs import configure_logging
@@ -99,7 +103,7 @@ async def test_prometheus_counts_claims_renewals_ends_requeues_and_depth() -> No
 
     registry = metrics.registry
     assert _value(registry, "agentruns_claims_total") == 4
-    assert _value(registry, "agentruns_claim_seconds_count") >= 1
+    assert _value(registry, "agentruns_claim_seconds_count", band="batch") >= 1
     assert _value(registry, "agentruns_renewals_total", kind="chat") >= 2
     assert _value(registry, "agentruns_requeues_total", kind="chat") == 1
     completed = str(TerminationReason.COMPLETED)
@@ -145,3 +149,97 @@ def test_the_memory_profile_imports_no_driver_and_no_metrics_client() -> None:
         [sys.executable, "-c", probe], capture_output=True, text=True, check=True
     ).stdout.strip()
     assert found == "[]"
+
+
+async def test_histograms_time_the_queue_wait_the_steps_and_the_runs_by_bounded_labels() -> None:
+    """Queue wait by kind and band (on the store's clock), step and run duration by kind, claim
+    latency by band; an empty claim is timed under band "none"."""
+    metrics = PrometheusMetrics()
+    test = harness(KIND)
+    test.container.metrics.override(providers.Object(metrics))
+    test.worker = test.container.worker(holder="test-worker")
+    await test.runs.enqueue(
+        "chat", workspace="acme", subject="c:1", band="interactive", payload={"steps": 2}
+    )
+    test.clock.advance(timedelta(seconds=7))  # it waited 7 s before the claim
+    await test.worker.claim_and_drive(4)
+    await test.worker.claim_and_drive(4)  # nothing left: an empty claim
+
+    registry = metrics.registry
+    wait = {"kind": "chat", "band": "interactive"}
+    assert _value(registry, "agentruns_queue_wait_seconds_count", **wait) == 1
+    assert _value(registry, "agentruns_queue_wait_seconds_sum", **wait) == 7.0
+    assert _value(registry, "agentruns_queue_wait_seconds_bucket", le="5.0", **wait) == 0
+    assert _value(registry, "agentruns_queue_wait_seconds_bucket", le="15.0", **wait) == 1
+    assert _value(registry, "agentruns_step_seconds_count", kind="chat") == 2
+    finished = {"kind": "chat", "outcome": "completed"}
+    assert _value(registry, "agentruns_run_seconds_count", **finished) == 1
+    assert _value(registry, "agentruns_claim_seconds_count", band="interactive") == 1
+    assert _value(registry, "agentruns_claim_seconds_count", band="none") == 1
+
+
+async def test_a_run_logs_one_line_when_it_starts_and_one_with_its_duration_when_it_ends() -> None:
+    stream = io.StringIO()
+    configure_logging(format="json", stream=stream)
+    test = harness(KIND)
+    run = await test.runs.enqueue("chat", workspace="acme", subject="c:1", payload={"steps": 1})
+    await test.drain()
+    lines = [json.loads(line) for line in stream.getvalue().splitlines()]
+    mine = [line for line in lines if line.get("run_id") == str(run.id)]
+    assert [line["msg"] for line in mine] == ["run started", "run completed"]
+    assert mine[0]["attempt"] == 0
+    assert isinstance(mine[1]["duration_seconds"], float)
+
+
+async def test_a_failed_step_logs_its_error_type_and_traceback() -> None:
+    stream = io.StringIO()
+    configure_logging(format="json", stream=stream)
+
+    async def broken(run: AgentRun) -> AsyncIterator[StepEvent]:
+        yield StepEvent("read")
+        raise KeyError("missing-field")
+
+    test = harness(RunKind(RunKindPolicy(name="broken", retry_budget=0), broken))
+    await test.runs.enqueue("broken", workspace="acme", subject="b")
+    await test.drain()
+    [failed] = [
+        json.loads(line) for line in stream.getvalue().splitlines() if "step failed" in line
+    ]
+    assert failed["msg"] == "step failed: KeyError: 'missing-field'"
+    assert failed["error_type"] == "KeyError"
+    assert failed["failure_class"] == "unknown"
+    assert "in broken" in failed["traceback"]
+    assert failed["traceback"].rstrip().endswith("KeyError: 'missing-field'")
+
+
+def _get(port: int, path: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as refused:
+        return refused.code, refused.read().decode()
+
+
+def test_the_metrics_port_serves_metrics_health_and_nothing_else() -> None:
+    healthy = True
+
+    def health() -> None:
+        if not healthy:
+            raise StoreUnavailable("cannot reach PostgreSQL at db:5432/app: connection refused")
+
+    metrics = PrometheusMetrics()
+    metrics.queue_depth({Band.BATCH: 2})
+    server = serve(metrics, 0, health=health)
+    try:
+        status, body = _get(server.port, "/metrics")
+        assert status == 200
+        assert 'agentruns_queue_depth{band="batch"} 2.0' in body
+        assert _get(server.port, "/healthz") == (200, "ok\n")
+        healthy = False
+        status, body = _get(server.port, "/healthz")
+        assert status == 503
+        assert "connection refused" in body
+        assert _get(server.port, "/")[0] == 404
+        assert _get(server.port, "/metrics/extra")[0] == 404
+    finally:
+        server.close()

@@ -1,20 +1,45 @@
-"""Metrics for Prometheus: counters, a claim latency histogram and a queue depth gauge.
+"""Metrics for Prometheus, and the HTTP endpoint a process serves them on with its health.
 
-Each instance registers its series in its own registry unless handed one, so tests and several
-containers in one process do not collide; :func:`serve` exposes a registry over HTTP.
+Counters, histograms (claim latency by band, queue wait by kind and band, step and run duration
+by kind) and a queue depth gauge. Labels are bounded: kinds the process registered, three bands,
+the run outcomes. Each instance registers its series in its own registry unless handed one, so
+tests and several containers in one process do not collide.
+
+:func:`serve` answers ``/metrics`` with the registry, ``/healthz`` with the process's health
+check (200 when it passes, 503 with the reason when it does not) and 404 anywhere else.
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+import threading
+from collections.abc import Callable, Mapping, Sequence
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
+from prometheus_client import (
+    CONTENT_TYPE_LATEST,
+    CollectorRegistry,
+    Counter,
+    Gauge,
+    Histogram,
+    generate_latest,
+)
 
 from agentruns.app.metrics import Metrics
 from agentruns.domain.bands import Band
-from agentruns.domain.termination import TerminationReason
+from agentruns.domain.run import AgentRun
+from agentruns.domain.termination import RunOutcome, TerminationReason
 
 _CLAIM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
+_WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 14400.0)
+_STEP_BUCKETS = (0.005, 0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0)
+_RUN_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0)
+
+# No run leased: the claim's latency still counts, under this band label.
+NO_BAND = "none"
+
+
+def band_label(band: Band) -> str:
+    return band.name.lower()
 
 
 class PrometheusMetrics(Metrics):
@@ -23,8 +48,31 @@ class PrometheusMetrics(Metrics):
         self._claims = Counter("agentruns_claims", "Runs leased by claims", registry=self.registry)
         self._claim_seconds = Histogram(
             "agentruns_claim_seconds",
-            "Time one claim statement took",
+            "Time one claim statement took, by each band it leased runs of ('none': it leased "
+            "nothing)",
+            ["band"],
             buckets=_CLAIM_BUCKETS,
+            registry=self.registry,
+        )
+        self._queue_wait = Histogram(
+            "agentruns_queue_wait_seconds",
+            "From a run being due to its claim, on the database clock",
+            ["kind", "band"],
+            buckets=_WAIT_BUCKETS,
+            registry=self.registry,
+        )
+        self._step_seconds = Histogram(
+            "agentruns_step_seconds",
+            "One step of a run: its work and its boundary write",
+            ["kind"],
+            buckets=_STEP_BUCKETS,
+            registry=self.registry,
+        )
+        self._run_seconds = Histogram(
+            "agentruns_run_seconds",
+            "One attempt of a run, from its claim to its outcome",
+            ["kind", "outcome"],
+            buckets=_RUN_BUCKETS,
             registry=self.registry,
         )
         self._renewals = Counter(
@@ -55,12 +103,28 @@ class PrometheusMetrics(Metrics):
             "agentruns_queue_depth", "Queued runs by band", ["band"], registry=self.registry
         )
 
-    def claimed(self, count: int, seconds: float) -> None:
-        self._claims.inc(count)
-        self._claim_seconds.observe(seconds)
+    def claimed(self, runs: Sequence[AgentRun], seconds: float) -> None:
+        self._claims.inc(len(runs))
+        bands = {run.band for run in runs}
+        for band in sorted(bands):
+            self._claim_seconds.labels(band_label(band)).observe(seconds)
+        if not bands:
+            self._claim_seconds.labels(NO_BAND).observe(seconds)
+        for run in runs:
+            if run.leased_until is None:
+                continue
+            leased_at = run.leased_until - run.lease
+            waited = max((leased_at - run.due_at).total_seconds(), 0.0)
+            self._queue_wait.labels(run.kind, band_label(run.band)).observe(waited)
 
     def renewed(self, kind: str) -> None:
         self._renewals.labels(kind).inc()
+
+    def stepped(self, kind: str, seconds: float) -> None:
+        self._step_seconds.labels(kind).observe(seconds)
+
+    def finished(self, kind: str, outcome: RunOutcome, seconds: float) -> None:
+        self._run_seconds.labels(kind, str(outcome)).observe(seconds)
 
     def lease_lost(self, kind: str) -> None:
         self._leases_lost.labels(kind).inc()
@@ -76,9 +140,74 @@ class PrometheusMetrics(Metrics):
 
     def queue_depth(self, depths: Mapping[Band, int]) -> None:
         for band in Band:
-            self._depth.labels(band.name.lower()).set(depths.get(band, 0))
+            self._depth.labels(band_label(band)).set(depths.get(band, 0))
 
 
-def serve(metrics: PrometheusMetrics, port: int, addr: str = "127.0.0.1") -> None:
-    """Expose ``metrics`` at ``http://addr:port/metrics`` from a daemon thread."""
-    start_http_server(port, addr=addr, registry=metrics.registry)
+HealthCheck = Callable[[], None]
+"""Returns when the process is healthy; raises (any error, its message the reason) when not."""
+
+
+def _healthy() -> None:
+    return None
+
+
+class MetricsServer:
+    """The HTTP endpoint of one process: ``/metrics``, ``/healthz``, 404 elsewhere."""
+
+    def __init__(self, server: ThreadingHTTPServer, thread: threading.Thread) -> None:
+        self._server = server
+        self._thread = thread
+
+    @property
+    def port(self) -> int:
+        port: int = self._server.server_address[1]
+        return port
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+        self._thread.join(timeout=5)
+
+
+def serve(
+    metrics: PrometheusMetrics,
+    port: int,
+    addr: str = "127.0.0.1",
+    health: HealthCheck = _healthy,
+) -> MetricsServer:
+    """Serve ``metrics`` and ``health`` at ``http://addr:port/`` from a daemon thread.
+
+    Raises :class:`OSError` when the port cannot be bound (in use, or not allowed)."""
+    registry = metrics.registry
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:
+            path = self.path.split("?", 1)[0]
+            if path == "/metrics":
+                self._answer(200, generate_latest(registry), CONTENT_TYPE_LATEST)
+            elif path == "/healthz":
+                try:
+                    health()
+                except Exception as exc:  # the reason an operator (or a probe log) reads
+                    reason = " ".join(str(exc).split()) or type(exc).__name__
+                    self._answer(503, f"unhealthy: {reason}\n".encode())
+                else:
+                    self._answer(200, b"ok\n")
+            else:
+                self._answer(404, b"not found: /metrics and /healthz are served here\n")
+
+        def _answer(self, status: int, body: bytes, content_type: str = "text/plain") -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            return None  # a scrape every few seconds is not worth a log line
+
+    server = ThreadingHTTPServer((addr, port), Handler)
+    server.daemon_threads = True
+    thread = threading.Thread(target=server.serve_forever, name="agentruns-metrics", daemon=True)
+    thread.start()
+    return MetricsServer(server, thread)

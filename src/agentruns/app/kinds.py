@@ -2,8 +2,9 @@
 
 A kind is its :class:`~agentruns.domain.kinds.RunKindPolicy` (lease, retry budget, backoff,
 deadline), an :class:`AgentRunHandler` that keeps the kind's own domain row agreeing with its run,
-and its steps. Steps are an async generator over the run: each yielded :class:`StepEvent` is a
-step boundary, where the worker renews the lease and only then persists the event.
+its steps, and optionally its own failure classifier (asked before the default rules). Steps are
+an async generator over the run: each yielded :class:`StepEvent` is a step boundary, where the
+worker renews the lease and only then persists the event.
 """
 
 from __future__ import annotations
@@ -14,6 +15,7 @@ from typing import Protocol
 
 from agentruns.app.ports import BudgetHold, Transaction
 from agentruns.domain.errors import InvalidSchedule, UnknownKind
+from agentruns.domain.failures import ClassifiedFailure, KindClassifier, classify_failure
 from agentruns.domain.kinds import RunKindPolicy
 from agentruns.domain.payload import JsonObject
 from agentruns.domain.run import AgentRun, RunChange
@@ -88,15 +90,25 @@ class NoDomainRow(AgentRunHandler):
 
 @dataclass(frozen=True, slots=True)
 class RunKind:
-    """A registered kind: its policy, its handler and its steps."""
+    """A registered kind: its policy, its handler, its steps, and its classifier.
+
+    ``classifier`` maps the errors of the kind's own providers to failure classes (returning
+    ``None`` for an error it does not know, which the default rules then classify); see
+    docs/failures.md for what the default rules read off model SDK errors.
+    """
 
     policy: RunKindPolicy
     steps: Steps
     handler: AgentRunHandler = field(default_factory=NoDomainRow)
+    classifier: KindClassifier | None = None
 
     @property
     def name(self) -> str:
         return self.policy.name
+
+    def classify(self, error: BaseException) -> ClassifiedFailure:
+        """The failure class of a step's error: the kind's classifier first, then the defaults."""
+        return classify_failure(error, self.classifier)
 
 
 class RunKinds:

@@ -1,32 +1,45 @@
-"""The metrics port: what the worker and the reaper count, whatever records it.
+"""The metrics port: what the worker and the reaper count and time, whatever records it.
 
 The default records nothing (:class:`NoMetrics`); the container swaps in the Prometheus adapter
 when a process exposes metrics. A lost lease is counted apart from a failure: it is not the
 work's fault, and an operator reads a rise in lost leases as slow steps or a stalled worker.
+Labels stay bounded: a kind is one the process registered, a band one of three, an outcome one
+of :class:`~agentruns.domain.termination.RunOutcome`.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from agentruns.app.ports import TransactionScope
 from agentruns.app.stats import RunStats
 from agentruns.domain.bands import Band
+from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
-from agentruns.domain.termination import TerminationReason
+from agentruns.domain.termination import RunOutcome, TerminationReason
 
 log = logging.getLogger("agentruns.metrics")
 
 
 class Metrics(Protocol):
-    def claimed(self, count: int, seconds: float) -> None:
-        """One claim statement leased ``count`` runs and took ``seconds``."""
+    def claimed(self, runs: Sequence[AgentRun], seconds: float) -> None:
+        """One claim statement leased ``runs`` (maybe none) and took ``seconds``. Each run says
+        when it was due and when it was leased (``leased_until - lease``, both on the store's
+        clock), so its queue wait needs no clock of this process."""
         ...
 
     def renewed(self, kind: str) -> None: ...
+
+    def stepped(self, kind: str, seconds: float) -> None:
+        """One step of a run of ``kind`` took ``seconds``: its work and its boundary write."""
+        ...
+
+    def finished(self, kind: str, outcome: RunOutcome, seconds: float) -> None:
+        """One attempt of a run of ``kind`` came to ``outcome`` ``seconds`` after its claim."""
+        ...
 
     def lease_lost(self, kind: str) -> None:
         """A holder found its lease gone (taken back, or cancelled) and stopped."""
@@ -50,10 +63,16 @@ class Metrics(Protocol):
 class NoMetrics(Metrics):
     """Records nothing: the default when no process exposes metrics."""
 
-    def claimed(self, count: int, seconds: float) -> None:
+    def claimed(self, runs: Sequence[AgentRun], seconds: float) -> None:
         return None
 
     def renewed(self, kind: str) -> None:
+        return None
+
+    def stepped(self, kind: str, seconds: float) -> None:
+        return None
+
+    def finished(self, kind: str, outcome: RunOutcome, seconds: float) -> None:
         return None
 
     def lease_lost(self, kind: str) -> None:

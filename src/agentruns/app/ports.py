@@ -22,6 +22,7 @@ from uuid import UUID
 from agentruns.domain.bands import Band
 from agentruns.domain.claim_order import SubjectKey
 from agentruns.domain.errors import AgentRunsError
+from agentruns.domain.failure_records import FailureDetail, FailureRecord
 from agentruns.domain.payload import JsonObject
 from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.states import AgentRunState
@@ -53,7 +54,8 @@ class NewRun:
     """A run to insert, already validated by :class:`agentruns.app.runs.AgentRuns`.
 
     ``due_at=None`` means due now (on the store's clock); ``epoch``, ``attempt`` and ``continues``
-    are set only when a run continues an ended one.
+    are set only when a run continues an ended one. ``domain_row`` and ``trace_context`` are
+    stored as :class:`~agentruns.domain.run.AgentRun` describes them.
     """
 
     id: UUID
@@ -69,6 +71,17 @@ class NewRun:
     epoch: int = 0
     attempt: int = 0
     continues: UUID | None = None
+    domain_row: bool = False
+    trace_context: dict[str, str] | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class NewFailure:
+    """A failed attempt to record on run ``run_id``, which must still be LEASED at ``epoch``."""
+
+    run_id: UUID
+    epoch: int
+    detail: FailureDetail
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,12 +116,14 @@ class RunQuery:
 
 @dataclass(frozen=True, slots=True)
 class TakeBack:
-    """How the reaper takes back one expired lease: the kind's budget and this backoff delay."""
+    """How the reaper takes back one expired lease: the kind's budget and this backoff delay;
+    with ``failure``, the failed attempt recorded with it (``take_back_many`` writes both)."""
 
     run_id: UUID
     epoch: int
     retry_budget: int
     delay: timedelta
+    failure: FailureDetail | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -209,8 +224,16 @@ class RunStore(Protocol):
         with RetryBudgetExhausted past ``retry_budget``). Notifies on commit."""
         ...
 
-    async def expired(self, tx: Transaction, limit: int) -> list[AgentRun]:
-        """LEASED runs whose lease has passed, oldest expiry first, skipping locked rows."""
+    async def expired(
+        self, tx: Transaction, limit: int, kinds: Sequence[str] | None = None
+    ) -> list[AgentRun]:
+        """LEASED runs whose lease has passed, oldest expiry first, skipping locked rows; only
+        of ``kinds`` if given (a reaper takes back only the kinds it knows)."""
+        ...
+
+    async def expired_kinds(self, tx: Transaction, excluding: Sequence[str]) -> dict[str, int]:
+        """Expired leases of kinds not in ``excluding``, counted by kind: the runs a reaper that
+        knows only ``excluding`` leaves for a replica that knows their kind."""
         ...
 
     async def take_back(self, tx: Transaction, take_back: TakeBack) -> AgentRun | None:
@@ -226,9 +249,28 @@ class RunStore(Protocol):
         wins. The runs taken back, in no particular order; one that lost is not among them."""
         ...
 
-    async def overdue(self, tx: Transaction, limit: int) -> list[AgentRun]:
+    async def overdue(
+        self, tx: Transaction, limit: int, kinds: Sequence[str] | None = None
+    ) -> list[AgentRun]:
         """QUEUED runs past their deadline, without locking them (the reaper ends each in its
-        own transaction, domain row first)."""
+        own transaction, domain row first); only of ``kinds`` if given."""
+        ...
+
+    async def record_failure(self, tx: Transaction, failure: NewFailure) -> FailureRecord:
+        """Append a failed attempt to the run's records and make it the run's last failure.
+
+        Only while the run is LEASED at ``failure.epoch`` (else StaleEpoch, nothing written):
+        the holder records in the transaction of its fenced requeue or end, before it, so a
+        refused fence rolls the record back too; the reaper records before its take-back. The
+        row keeps its state, so nothing but this write happens: no head moves, no wake-up."""
+        ...
+
+    async def failures(self, tx: Transaction, run_id: UUID) -> list[FailureRecord]:
+        """The run's failed attempts, oldest first (empty for a run that never failed)."""
+        ...
+
+    async def continuation_of(self, tx: Transaction, run_id: UUID) -> AgentRun | None:
+        """The run that continues run ``run_id`` (its ``continues``), if one does."""
         ...
 
     async def purge(self, tx: Transaction, ended_before: datetime, limit: int) -> int:

@@ -1,13 +1,19 @@
 """``AgentRunReaper``: takes back expired leases and ends overdue runs, on every replica.
 
 No leader: replicas share the work because the store lists expired leases with ``SKIP LOCKED``.
-Runs of kinds without a domain row are taken back set-based, a batch in one transaction that
-keeps the listed rows locked, each row still conditional on its epoch and expiry (ADRs/0013), so a
-renewal that committed first wins. For a kind with a domain row, each take-back is one
+Runs of kinds without a domain row (``handler.has_domain_row``) are taken back set-based: the
+batch is listed and written in one transaction that keeps its rows locked, so another replica
+takes the next ones, and each row is still conditional on its epoch and expiry, so a renewal
+that committed first wins (ADRs/0017). For a kind with a domain row, each take-back is one
 conditional write in its own transaction: the kind's handler locks its domain row, moves it
 while the run still reads as its lost holder left it, and then the run is taken back; if a
 renewal or another replica won meanwhile, the transaction rolls back. A take-back that fails is
 skipped until the next tick.
+
+A reaper takes back only the kinds it knows: a run of another kind is left for a replica that
+knows it (only its handler may move its domain row), and the reaper says so once per
+``orphan_log_every`` with one warning line per such kind, never a traceback. Each take-back is
+recorded on the run as a failed attempt of class ``lease_expired`` (ADRs/0014).
 """
 
 from __future__ import annotations
@@ -15,12 +21,15 @@ from __future__ import annotations
 import asyncio
 import logging
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 
 from agentruns.app.kinds import RunKinds
 from agentruns.app.metrics import Metrics, NoMetrics
-from agentruns.app.ports import Stores, TakeBack, Transaction
+from agentruns.app.ports import NewFailure, Stores, TakeBack, Transaction
 from agentruns.domain import run as transitions
 from agentruns.domain.backoff import RandomSource
+from agentruns.domain.failure_records import FailureDetail
+from agentruns.domain.failures import FailureClass
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
@@ -48,6 +57,8 @@ class ReapReport:
     overdue_ended: int = 0
     lost_races: int = 0
     failed: int = 0
+    # Expired leases of kinds this reaper does not know, when it last looked (else 0).
+    orphaned: int = 0
 
 
 class AgentRunReaper:
@@ -59,25 +70,34 @@ class AgentRunReaper:
         *,
         batch: int = 500,
         metrics: Metrics | None = None,
+        orphan_log_every: timedelta = timedelta(minutes=1),
     ) -> None:
         self._stores = stores
         self._kinds = kinds
         self._rng = rng
         self._batch = batch
         self._metrics = metrics or NoMetrics()
+        self._orphan_log_every = orphan_log_every
+        self._next_orphan_check: datetime | None = None
 
     async def tick(self) -> ReapReport:
-        """One pass: every expired lease and every overdue queued run seen now."""
+        """One pass: every expired lease and every overdue queued run of a known kind seen now;
+        once per ``orphan_log_every``, a warning per unknown kind with expired leases."""
+        known = self._kinds.names()
+        orphaned = 0
         counts = _Counts()
         taken: list[AgentRun] = []
-        expired: list[AgentRun] = []
         bulk: list[AgentRun] = []
         try:
             async with self._stores.scope.transaction() as tx:
-                # The listed rows stay locked until the batch is written: another replica
-                # skips them and takes the next ones.
-                expired = await self._stores.runs.expired(tx, self._batch)
-                bulk = [run for run in expired if self._in_bulk(run)]
+                # The listed rows stay locked until the batch is written: another replica skips
+                # them and takes the next ones.
+                expired = await self._stores.runs.expired(tx, self._batch, kinds=known)
+                now = await self._stores.runs.now(tx)
+                if self._next_orphan_check is None or now >= self._next_orphan_check:
+                    self._next_orphan_check = now + self._orphan_log_every
+                    orphaned = await self._orphans(tx, known)
+                bulk = [run for run in expired if not self._has_domain_row(run)]
                 taken = await self._take_back_many(tx, bulk)
         except Exception:
             if not bulk:
@@ -89,7 +109,7 @@ class AgentRunReaper:
         for after in taken:
             self._count(counts, after)
         for run in expired:
-            if self._in_bulk(run):
+            if not self._has_domain_row(run):
                 continue
             try:
                 async with self._stores.scope.transaction() as tx:
@@ -101,7 +121,7 @@ class AgentRunReaper:
                 counts.failed += 1
                 log.exception("take-back failed", extra=_context(run))
         async with self._stores.scope.transaction() as tx:
-            overdue = await self._stores.runs.overdue(tx, self._batch)
+            overdue = await self._stores.runs.overdue(tx, self._batch, kinds=known)
         overdue_ended = 0
         for run in overdue:
             try:
@@ -119,6 +139,7 @@ class AgentRunReaper:
             overdue_ended=overdue_ended,
             lost_races=counts.lost,
             failed=counts.failed,
+            orphaned=orphaned,
         )
 
     def _count(self, counts: _Counts, after: AgentRun) -> None:
@@ -130,25 +151,37 @@ class AgentRunReaper:
                 self._metrics.ended(after.kind, after.end_reason)
         self._metrics.taken_back(after.kind, after.state is AgentRunState.QUEUED)
 
-    def _in_bulk(self, run: AgentRun) -> bool:
-        """A run of a kind without a domain row (``handler.has_domain_row``) is taken back
-        set-based, its hooks skipped; an unknown kind is left to the one-run path, which says
-        so."""
-        return run.kind in self._kinds and not self._kinds.get(run.kind).handler.has_domain_row
+    def _has_domain_row(self, run: AgentRun) -> bool:
+        """Whether the run's kind keeps a domain row, whose handler hooks the one-run path runs;
+        a kind without one is taken back set-based. (Expired runs are of known kinds.)"""
+        return self._kinds.get(run.kind).handler.has_domain_row
 
     async def _take_back_many(self, tx: Transaction, runs: list[AgentRun]) -> list[AgentRun]:
-        """One statement for the batch; each run's delay drawn as the one-run path draws it."""
+        """One statement for the batch, each run's failed attempt recorded with it; each run's
+        delay drawn as the one-run path draws it."""
         if not runs:
             return []
         take_backs = []
         for run in runs:
             policy = self._kinds.get(run.kind).policy
             delay = policy.backoff.delay(run.attempt + 1, self._rng)
-            take_backs.append(TakeBack(run.id, run.epoch, policy.retry_budget, delay))
+            take_backs.append(
+                TakeBack(run.id, run.epoch, policy.retry_budget, delay, failure=_expired(run))
+            )
         taken = await self._stores.runs.take_back_many(tx, take_backs)
         for after in taken:
             log.info("lease taken back", extra={**_context(after), "to": str(after.state)})
         return taken
+
+    async def _orphans(self, tx: Transaction, known: list[str]) -> int:
+        counted = await self._stores.runs.expired_kinds(tx, known)
+        for kind, leases in counted.items():
+            log.warning(
+                "expired leases of a kind this reaper does not know: left for a reaper that "
+                "registers it",
+                extra={"kind": kind, "leases": leases, "known_kinds": ",".join(known)},
+            )
+        return sum(counted.values())
 
     async def _take_back(self, tx: Transaction, seen: AgentRun) -> AgentRun:
         kind = self._kinds.get(seen.kind)
@@ -162,6 +195,7 @@ class AgentRunReaper:
             run, now=now, retry_budget=kind.policy.retry_budget, delay=delay
         )
         await kind.handler.on_take_back(tx, run, change)
+        await self._stores.runs.record_failure(tx, NewFailure(run.id, run.epoch, _expired(run)))
         after = await self._stores.runs.take_back(
             tx, TakeBack(run.id, run.epoch, kind.policy.retry_budget, delay)
         )
@@ -194,6 +228,21 @@ class AgentRunReaper:
                     await stop.wait()
             except TimeoutError:
                 pass
+
+
+def _expired(run: AgentRun) -> FailureDetail:
+    """The failed attempt a take-back records: the holder stopped renewing (it died, stalled, or
+    lost the store) until its lease ran out."""
+    until = "" if run.leased_until is None else f" at {run.leased_until.isoformat()}"
+    return FailureDetail(
+        error_type="LeaseExpired",
+        message=(
+            f"the lease of {run.holder or 'its holder'} at epoch {run.epoch} expired{until}; "
+            "the reaper took the run back"
+        ),
+        failure_class=FailureClass.LEASE_EXPIRED,
+        traceback="",
+    )
 
 
 def _context(run: AgentRun) -> dict[str, object]:

@@ -10,16 +10,17 @@ from __future__ import annotations
 import uuid
 from collections.abc import AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from typing import TypeVar
 from uuid import UUID
 
-from agentruns.app.kinds import RunKind, RunKinds
+from agentruns.app.kinds import AgentRunHandler, NoDomainRow, RunKind, RunKinds
 from agentruns.app.ports import (
     BudgetHold,
     ClaimRequest,
     EndWrite,
+    NewFailure,
     NewRun,
     RunEvent,
     RunQuery,
@@ -27,16 +28,20 @@ from agentruns.app.ports import (
     Stores,
     Transaction,
 )
+from agentruns.app.tracing import NoTracing, Tracing
 from agentruns.domain.backoff import RandomSource
 from agentruns.domain.bands import DEFAULT_BAND_AGING, Band
 from agentruns.domain.errors import (
     AgentRunsError,
+    IllegalTransition,
     InvalidRequest,
     RunNotFound,
     TransactionConflict,
+    UnknownKind,
 )
+from agentruns.domain.failure_records import FailureRecord
 from agentruns.domain.payload import validate_payload
-from agentruns.domain.run import AgentRun, AgentRunFence, continue_after
+from agentruns.domain.run import AgentRun, AgentRunFence, continue_after, retry_after_end
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
 
@@ -81,12 +86,14 @@ class AgentRuns:
         *,
         band_aging: timedelta = DEFAULT_BAND_AGING,
         new_id: Callable[[], UUID] = uuid.uuid4,
+        tracing: Tracing | None = None,
     ) -> None:
         self._stores = stores
         self._kinds = kinds
         self._rng = rng
         self._band_aging = band_aging
         self._new_id = new_id
+        self._tracing = tracing or NoTracing()
 
     @property
     def kinds(self) -> RunKinds:
@@ -118,7 +125,10 @@ class AgentRuns:
         tx: Transaction | None = None,
     ) -> AgentRun:
         """Queue a run. Unknown kind, bad band, empty names or a non-JSON payload are refused
-        (:class:`~agentruns.domain.errors.InvalidRequest`) before anything is written."""
+        (:class:`~agentruns.domain.errors.InvalidRequest`) before anything is written.
+
+        With tracing on, the enqueue is a span in the caller's trace, and the run keeps that
+        trace's context: its claim, steps and end join the same trace (ADRs/0014)."""
         registered = self._kinds.get(kind)
         new = NewRun(
             id=self._new_id(),
@@ -131,10 +141,14 @@ class AgentRuns:
             due_at=_aware(due_at, "due_at"),
             deadline_at=_aware(deadline_at, "deadline_at"),
             deadline_after=registered.policy.deadline,
+            domain_row=registered.handler.has_domain_row,
         )
-        async with self.transaction(tx) as inner:
-            run = await self._stores.runs.insert(inner, new)
-            await registered.handler.on_moved(inner, run)
+        with self._tracing.enqueue(new.kind, new.workspace, new.subject) as carrier:
+            if carrier:
+                new = replace(new, trace_context=carrier)
+            async with self.transaction(tx) as inner:
+                run = await self._stores.runs.insert(inner, new)
+                await registered.handler.on_moved(inner, run)
         return run
 
     async def claim(
@@ -274,21 +288,40 @@ class AgentRuns:
         return [results[index] for index in range(len(writes))]
 
     async def end(
-        self, fence: AgentRunFence, reason: TerminationReason, *, tx: Transaction | None = None
+        self,
+        fence: AgentRunFence,
+        reason: TerminationReason,
+        *,
+        tx: Transaction | None = None,
+        failure: NewFailure | None = None,
     ) -> AgentRun:
-        """The holder settles its run with ``reason``."""
+        """The holder settles its run with ``reason``; with ``failure``, the failed attempt is
+        recorded on the run in the same transaction (and not at all if the fence fails)."""
         async with self.transaction(tx) as inner:
             if not self._kinds.any_domain_rows:
                 # No kind has a domain row to lock first: settle without reading the run. A run
                 # of a kind this process does not know raises UnknownKind, as the read would
                 # have, and its transaction rolls back.
+                await self._record(inner, fence, failure)
                 run = await self._stores.runs.end(inner, fence.run_id, reason, fence)
                 self._kinds.get(run.kind)
                 return run
             kind = await self._lock_domain_row(inner, fence.run_id)
+            await self._record(inner, fence, failure)
             run = await self._stores.runs.end(inner, fence.run_id, reason, fence)
             await kind.handler.on_moved(inner, run)
             return run
+
+    async def _record(
+        self, tx: Transaction, fence: AgentRunFence, failure: NewFailure | None
+    ) -> None:
+        """Record a failed attempt before the fenced write that settles it: the record needs the
+        run still leased, and a refused fence rolls both back."""
+        if failure is None:
+            return
+        if (failure.run_id, failure.epoch) != (fence.run_id, fence.epoch):
+            raise InvalidRequest("a failure is recorded under the fence of its own attempt")
+        await self._stores.runs.record_failure(tx, failure)
 
     async def requeue(
         self,
@@ -297,11 +330,14 @@ class AgentRuns:
         charged: bool,
         delay: timedelta | None = None,
         tx: Transaction | None = None,
+        failure: NewFailure | None = None,
     ) -> AgentRun:
         """Give the run back to the queue. A charged requeue spends an attempt; without a
-        ``delay`` it waits the kind's backoff for the attempt it starts."""
+        ``delay`` it waits the kind's backoff for the attempt it starts. With ``failure``, the
+        failed attempt is recorded on the run in the same transaction."""
         async with self.transaction(tx) as inner:
             kind = await self._lock_domain_row(inner, fence.run_id)
+            await self._record(inner, fence, failure)
             if delay is None:
                 current = await self._stores.runs.require_current(inner, fence)
                 next_attempt = current.attempt + 1 if charged else current.attempt
@@ -319,22 +355,58 @@ class AgentRuns:
     async def cancel(self, run_id: UUID) -> AgentRun:
         """End a queued or leased run CANCELLED at once; its holder's next renewal fails.
 
+        A run whose kind is not registered here may still be cancelled if its kind kept no
+        domain row when it was enqueued; one whose kind did raises UnknownKind, since only its
+        handler can move that row.
+
         A claim locks a run before its domain row (it cannot know the row before it picks the
         run), so a cancel racing a claim of the same run can deadlock; the database aborts one
         side, and a cancel that lost runs again."""
         for attempt in range(_CONFLICT_RETRIES):
             try:
                 async with self.transaction() as inner:
-                    kind = await self._lock_domain_row(inner, run_id)
+                    found = await self._stores.runs.get(inner, run_id)
+                    if found is None:
+                        raise RunNotFound(f"no run {run_id}")
+                    handler = self.handler_of(found)
+                    await handler.lock_domain_row(inner, found)
                     run = await self._stores.runs.end(
                         inner, run_id, TerminationReason.CANCELLED, None
                     )
-                    await kind.handler.on_moved(inner, run)
+                    await handler.on_moved(inner, run)
                     return run
             except TransactionConflict:
                 if attempt + 1 == _CONFLICT_RETRIES:
                     raise
         raise AssertionError("unreachable")
+
+    def handler_of(self, run: AgentRun) -> AgentRunHandler:
+        """The handler that moves ``run``'s domain row: its kind's; for a kind this process does
+        not know, none if the run was enqueued without a domain row, else UnknownKind."""
+        if run.kind in self._kinds:
+            return self._kinds.get(run.kind).handler
+        if run.domain_row:
+            raise UnknownKind(run.kind)
+        return NoDomainRow()
+
+    async def retry(self, run_id: UUID) -> AgentRun:
+        """Put a dead-lettered (or FAILED) run back to work as :meth:`continue_after` does: a new
+        run with its epochs and one more attempt, refused once the kind's budget is spent, for a
+        run that ended COMPLETED, CANCELLED or CONTINUED, and for one already continued (a
+        second retry of the same run would do its work twice)."""
+        async with self.transaction() as inner:
+            ended = await self._stores.runs.get(inner, run_id)
+            if ended is None:
+                raise RunNotFound(f"no run {run_id}")
+            retry_after_end(ended)
+            later = await self._stores.runs.continuation_of(inner, run_id)
+        if later is not None:
+            raise IllegalTransition(
+                ended.state,
+                AgentRunState.QUEUED,
+                f"run {run_id} was already continued by run {later.id}: retry that one",
+            )
+        return await self.continue_after(run_id)
 
     async def continue_after(
         self,
@@ -365,6 +437,9 @@ class AgentRuns:
                 epoch=continuation.epoch,
                 attempt=continuation.attempt,
                 continues=continuation.continues,
+                domain_row=kind.handler.has_domain_row,
+                # The continuation goes on in the trace of the work it continues.
+                trace_context=ended.trace_context,
             )
             run = await self._stores.runs.insert(inner, new)
             await kind.handler.on_moved(inner, run)
@@ -414,6 +489,15 @@ class AgentRuns:
     async def events(self, run_id: UUID) -> list[RunEvent]:
         async with self.transaction() as inner:
             return await self._stores.events.list(inner, run_id)
+
+    async def failures(self, run_id: UUID) -> list[FailureRecord]:
+        """The run's failed attempts, oldest first: each with its error type, message, failure
+        class, attempt, epoch, holder and a bounded, redacted traceback. RunNotFound if there
+        is no such run (a purged run's records went with it)."""
+        async with self.transaction() as inner:
+            if await self._stores.runs.get(inner, run_id) is None:
+                raise RunNotFound(f"no run {run_id}")
+            return await self._stores.runs.failures(inner, run_id)
 
     async def purge(self, older_than: timedelta, *, batch: int = 1000) -> int:
         """Delete runs (and their events) that ended more than ``older_than`` ago."""

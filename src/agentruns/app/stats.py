@@ -32,6 +32,16 @@ class RunCount:
 
 
 @dataclass(frozen=True, slots=True)
+class ExpiredLeases:
+    """Leases of one kind that have expired and not been taken back yet. When they stay
+    expired for long, no reaper that registers their kind is running: they are orphaned."""
+
+    kind: str
+    count: int
+    oldest_leased_until: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class RunStatus:
     """The table at one moment (``now``, on the store's clock)."""
 
@@ -41,6 +51,15 @@ class RunStatus:
     oldest_due_at: datetime | None
     holds: tuple[BudgetHold, ...]
     inactive: tuple[str, ...]
+    expired_by_kind: tuple[ExpiredLeases, ...] = ()
+
+    def orphaned(self, after: timedelta) -> tuple[ExpiredLeases, ...]:
+        """Kinds whose oldest expired lease has waited longer than ``after`` for a reaper."""
+        return tuple(
+            leases
+            for leases in self.expired_by_kind
+            if self.now - leases.oldest_leased_until > after
+        )
 
     def total(
         self,
@@ -109,6 +128,11 @@ class RunStats(Protocol):
         limit: int = 100,
     ) -> list[AgentRun]:
         """Runs in queue order, filtered by state and holder."""
+        ...
+
+    async def ended_before(self, tx: Transaction, older_than: timedelta) -> int:
+        """How many runs ended more than ``older_than`` ago (on the store's clock): what a
+        purge with that retention would delete."""
         ...
 
     async def doubly_leased_subjects(self, tx: Transaction) -> list[SubjectKey]:

@@ -5,8 +5,11 @@ At each step boundary the lease is renewed and the step's event appended in one 
 lease never appends. With group commit (the default) the boundaries and ends of the runs in
 flight are written together, each under its own fence (:mod:`agentruns.app.settler`).
 A lost lease stops the run without settling it (``LEASE_LOST``): it belongs to its new holder,
-or to the reaper. A failure is classified and the pure recovery decision applied: dead-letter,
-or a charged requeue after the kind's backoff.
+or to the reaper. A failure is classified (the kind's classifier first) and the pure recovery
+decision applied: dead-letter, or a charged requeue after the kind's backoff (or the wait the
+provider asked for); either way the failed attempt is recorded on the run in the same
+transaction (ADRs/0014). Each attempt logs one line when it starts and one when it ends, with
+its duration; its spans (claim, steps, end) go to the tracing port.
 """
 
 from __future__ import annotations
@@ -16,14 +19,15 @@ import logging
 import time
 from dataclasses import dataclass, field
 
-from agentruns.app.kinds import RunKinds
+from agentruns.app.kinds import RunKind, RunKinds
 from agentruns.app.metrics import Metrics, NoMetrics
-from agentruns.app.ports import Notifier
+from agentruns.app.ports import NewFailure, Notifier
 from agentruns.app.runs import AgentRuns
 from agentruns.app.settler import GroupSettler
+from agentruns.app.tracing import NoTracing, RunTrace, Tracing
 from agentruns.domain.backoff import RandomSource
 from agentruns.domain.errors import LeaseLost, RunNotFound, StoreUnavailable
-from agentruns.domain.failures import classify
+from agentruns.domain.failure_records import FailureDetail, describe_failure
 from agentruns.domain.run import AgentRun
 from agentruns.domain.termination import (
     EndRun,
@@ -61,6 +65,7 @@ class Worker:
         only_kinds: list[str] | None = None,
         metrics: Metrics | None = None,
         group_commit: bool = True,
+        tracing: Tracing | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("a worker needs a concurrency of at least 1")
@@ -73,35 +78,77 @@ class Worker:
         self._poll_interval = poll_interval
         self._only_kinds = only_kinds
         self._metrics = metrics or NoMetrics()
+        self._tracing = tracing or NoTracing()
         self._running: set[asyncio.Task[RunOutcome]] = set()
         self.stats = WorkerStats()
         # Step boundaries and ends of concurrently running runs share transactions (ADRs/0011).
         self._settler = GroupSettler(runs) if group_commit else None
 
-    async def drive(self, run: AgentRun) -> RunOutcome:
-        """Run a leased run's steps to its outcome."""
+    async def drive(self, run: AgentRun, *, claim_seconds: float = 0.0) -> RunOutcome:
+        """Run a leased run's steps to its outcome (``claim_seconds``: how long the claim that
+        leased it took, for its claim span)."""
         kind = self._kinds.get(run.kind)
-        fence = run.fence
         extra = _context(run)
+        trace = self._tracing.run(run, claim_seconds)
+        started = time.perf_counter()
+        log.info("run started", extra={**extra, "attempt": run.attempt, "holder": self.holder})
+        failure: FailureDetail | None = None
         try:
-            async for event in kind.steps(run):
-                if self._settler is None:
-                    await self._runs.step_boundary(fence, event.type, event.data)
-                else:
-                    await self._settler.step_boundary(fence, event.type, event.data)
-                self._metrics.renewed(run.kind)
-            await self._end(run, TerminationReason.COMPLETED)
+            await self._steps(run, kind, trace)
+            span = trace.end()
+            try:
+                await self._end(run, TerminationReason.COMPLETED)
+            finally:
+                span.end()
             self._metrics.ended(run.kind, TerminationReason.COMPLETED)
             outcome = RunOutcome.COMPLETED
         except LeaseLost:
             outcome = await self._lost(run)
         except StoreUnavailable:
             outcome = self._unreachable(run)
-        except Exception as failure:  # a step failed: classify it and recover
-            outcome = await self._recover(run, failure)
-        log.info("run %s", outcome, extra={**extra, "outcome": str(outcome)})
+        except Exception as error:  # a step failed: classify it, record it and recover
+            outcome, failure = await self._recover(run, kind, error, trace)
+        seconds = time.perf_counter() - started
+        trace.close(outcome, failure)
+        self._metrics.finished(run.kind, outcome, seconds)
+        log.info(
+            "run %s",
+            outcome,
+            extra={**extra, "outcome": str(outcome), "duration_seconds": round(seconds, 6)},
+        )
         self.stats.count(outcome)
         return outcome
+
+    async def _steps(self, run: AgentRun, kind: RunKind, trace: RunTrace) -> None:
+        """Each step's work, then its boundary (renew, then persist its event), each timed and
+        spanned. A step's own error ends its span marked with the failure and goes on up."""
+        fence = run.fence
+        steps = kind.steps(run)
+        index = 0
+        while True:
+            span = trace.step(index)
+            began = time.perf_counter()
+            try:
+                event = await anext(steps)
+            except StopAsyncIteration:
+                span.drop()  # no step: the steps were done
+                return
+            except (LeaseLost, StoreUnavailable):
+                span.end()
+                raise
+            except Exception as error:
+                span.end(self._describe(run, kind, error))
+                raise
+            try:
+                if self._settler is None:
+                    await self._runs.step_boundary(fence, event.type, event.data)
+                else:
+                    await self._settler.step_boundary(fence, event.type, event.data)
+            finally:
+                span.end()
+            self._metrics.renewed(run.kind)
+            self._metrics.stepped(run.kind, time.perf_counter() - began)
+            index += 1
 
     def _unreachable(self, run: AgentRun) -> RunOutcome:
         """The store cannot be reached: the holder cannot prove its lease, so it stops without
@@ -109,31 +156,49 @@ class Worker:
         log.error("store unavailable; the run is left to lease expiry", extra=_context(run))
         return RunOutcome.LEASE_LOST
 
-    async def _recover(self, run: AgentRun, failure: Exception) -> RunOutcome:
-        kind = self._kinds.get(run.kind)
-        failure_class = classify(failure)
-        decision = decide_recovery(failure_class, run.attempt, kind.policy.retry_budget)
+    @staticmethod
+    def _describe(run: AgentRun, kind: RunKind, error: BaseException) -> FailureDetail:
+        return describe_failure(error, kind.classify(error).failure_class, run.payload)
+
+    async def _recover(
+        self, run: AgentRun, kind: RunKind, error: Exception, trace: RunTrace
+    ) -> tuple[RunOutcome, FailureDetail]:
+        verdict = kind.classify(error)
+        detail = describe_failure(error, verdict.failure_class, run.payload)
+        decision = decide_recovery(verdict.failure_class, run.attempt, kind.policy.retry_budget)
         log.warning(
-            "step failed (%s): %s",
-            failure_class,
-            failure,
-            extra={**_context(run), "failure_class": str(failure_class)},
+            "step failed: %s: %s",
+            detail.error_type,
+            detail.message,
+            extra={
+                **_context(run),
+                "attempt": run.attempt,
+                "error_type": detail.error_type,
+                "failure_class": str(detail.failure_class),
+                "traceback": detail.traceback,
+            },
         )
+        record = NewFailure(run.id, run.epoch, detail)
+        span = trace.end()
         try:
             match decision:
                 case EndRun(reason=reason):
-                    await self._end(run, reason)
+                    # Alone, not with the group: a failure is rare, and its record goes in the
+                    # end's own transaction.
+                    await self._runs.end(run.fence, reason, failure=record)
                     self._metrics.ended(run.kind, reason)
-                    return RunOutcome.FAILED
+                    return RunOutcome.FAILED, detail
                 case RequeueRun(attempt=attempt):
-                    delay = kind.policy.backoff.delay(attempt, self._rng)
-                    await self._runs.requeue(run.fence, charged=True, delay=delay)
+                    delay = kind.policy.backoff.retry_delay(attempt, self._rng, verdict.retry_after)
+                    await self._runs.requeue(run.fence, charged=True, delay=delay, failure=record)
                     self._metrics.requeued(run.kind)
-                    return RunOutcome.REQUEUED
+                    return RunOutcome.REQUEUED, detail
         except LeaseLost:
-            return await self._lost(run)
+            return await self._lost(run), detail
         except StoreUnavailable:
-            return self._unreachable(run)
+            return self._unreachable(run), detail
+        finally:
+            span.end()
 
     async def _end(self, run: AgentRun, reason: TerminationReason) -> None:
         """End the run with the group, unless its kind has a domain row: then alone, so its
@@ -160,14 +225,16 @@ class Worker:
 
     async def claim_and_drive(self, limit: int) -> int:
         """Claim up to ``limit`` runs and drive them all to their outcome; how many it claimed."""
-        claimed = await self._claim(limit)
+        claimed, seconds = await self._claim(limit)
         self.stats.claimed += len(claimed)
-        await asyncio.gather(*(self.drive(run) for run in claimed))
+        await asyncio.gather(*(self.drive(run, claim_seconds=seconds) for run in claimed))
         return len(claimed)
 
-    async def run(self, stop: asyncio.Event, *, grace: float = 30.0) -> None:
+    async def run(self, stop: asyncio.Event, *, grace: float = 30.0, drain: bool = False) -> None:
         """Claim and drive runs until ``stop`` is set; then stop claiming, give running steps
-        ``grace`` seconds to finish, and leave the rest to lease expiry and the reaper."""
+        ``grace`` seconds to finish, and leave the rest to lease expiry and the reaper. With
+        ``drain``, also stop once nothing is due and nothing runs (a run requeued for later
+        stays queued)."""
         running = self._running
         # Listen before the first claim: a run queued between that claim and the first wait
         # would otherwise wake nobody until the poll interval.
@@ -175,19 +242,22 @@ class Worker:
         while not stop.is_set():
             free = self._concurrency - len(running)
             claimed: list[AgentRun] = []
+            seconds = 0.0
             if free > 0:
                 try:
-                    claimed = await self._claim(free)
+                    claimed, seconds = await self._claim(free)
                 except Exception:  # a failing claim must not kill the worker
                     log.exception("claim failed; retrying after the poll interval")
             self.stats.claimed += len(claimed)
             for run in claimed:
-                task = asyncio.create_task(self.drive(run))
+                task = asyncio.create_task(self.drive(run, claim_seconds=seconds))
                 running.add(task)
                 task.add_done_callback(running.discard)
+            if drain and not claimed and not running:
+                break
             if claimed and len(running) < self._concurrency:
                 continue
-            await self._idle(stop, running)
+            await self._idle(stop, running, any_end=drain)
         if running:
             _, pending = await asyncio.wait(running, timeout=grace)
             for task in pending:
@@ -200,19 +270,23 @@ class Worker:
         for task in list(self._running):
             task.cancel()
 
-    async def _claim(self, limit: int) -> list[AgentRun]:
+    async def _claim(self, limit: int) -> tuple[list[AgentRun], float]:
         started = time.perf_counter()
         claimed = await self._runs.claim(self.holder, limit=limit, kinds=self._only_kinds)
-        self._metrics.claimed(len(claimed), time.perf_counter() - started)
-        return claimed
+        seconds = time.perf_counter() - started
+        self._metrics.claimed(claimed, seconds)
+        return claimed, seconds
 
-    async def _idle(self, stop: asyncio.Event, running: set[asyncio.Task[RunOutcome]]) -> None:
-        """Wait for a wake-up, a free slot, the stop signal or the poll interval."""
+    async def _idle(
+        self, stop: asyncio.Event, running: set[asyncio.Task[RunOutcome]], *, any_end: bool
+    ) -> None:
+        """Wait for a wake-up, a free slot, the stop signal or the poll interval; with
+        ``any_end``, for the end of any running run too (a draining worker checks again)."""
         waiters: set[asyncio.Future[object]] = {
             asyncio.ensure_future(stop.wait()),
             asyncio.ensure_future(self._notifier.wait(self._poll_interval)),
         }
-        if len(running) >= self._concurrency:
+        if running and (any_end or len(running) >= self._concurrency):
             waiters.add(asyncio.ensure_future(asyncio.wait(running, return_when="FIRST_COMPLETED")))
         _, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         for future in pending:

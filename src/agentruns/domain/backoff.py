@@ -52,3 +52,14 @@ class Backoff:
         spread = base * self.jitter * (2.0 * rng.random() - 1.0)
         seconds = min(max(base + spread, 0.0), self.cap.total_seconds())
         return timedelta(seconds=seconds)
+
+    def retry_delay(
+        self, attempt: int, rng: RandomSource, retry_after: float | None = None
+    ) -> timedelta:
+        """The delay before a retry: the jittered backoff, or longer if the provider asked to
+        wait (``retry_after`` seconds), never past the cap."""
+        delay = self.delay(attempt, rng)
+        if retry_after is None or retry_after <= 0:
+            return delay
+        asked = timedelta(seconds=min(retry_after, self.cap.total_seconds()))
+        return max(delay, asked)

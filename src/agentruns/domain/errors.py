@@ -7,6 +7,7 @@
     │   ├── UnknownKind              no run kind registered under that name
     │   ├── InvalidPayload           the payload is not a JSON object
     │   ├── InvalidBand              no such band
+    │   ├── InvalidDuration          not a duration, negative, or longer than a century
     │   └── InvalidSchedule          a schedule that cannot tick (cron, timezone, template)
     ├── IllegalTransition            the state table does not allow the move
     ├── RunNotFound                  no run with that id
@@ -50,6 +51,10 @@ class InvalidPayload(InvalidRequest):
 
 class InvalidBand(InvalidRequest):
     """The band is not one of INTERACTIVE, BATCH, BACKGROUND."""
+
+
+class InvalidDuration(InvalidRequest):
+    """A duration that is not one (``7d``, ``PT30S``), is negative, or is absurdly long."""
 
 
 class InvalidSchedule(InvalidRequest):

@@ -3,12 +3,23 @@
 A host's provider adapters raise (or map their errors to) :class:`ProviderError`; the classifier
 also knows the standard library's timeouts and connection errors, walks ``__cause__`` chains to
 the first error it knows, and judges a :class:`FallbackChainExhausted` by its most recent attempt.
+
+Errors of model SDKs are read by their shape, not their package (docs/failures.md): an HTTP
+status on the exception (``status_code``, ``status``, ``http_status``, ``response.status_code``,
+or an :class:`http.HTTPStatus` ``code``) classifies as :func:`classify_status` says; an exception
+without a status whose class (or a base class) is named like a timeout or a connection error is
+TIMEOUT or CONNECTION; a ``retry_after`` attribute or a ``retry-after``/``retry-after-ms``
+response header says how long the provider asked to wait. A kind that knows better declares its
+own classifier (:data:`KindClassifier`), asked first.
 """
 
 from __future__ import annotations
 
 import enum
-from collections.abc import Sequence
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from http import HTTPStatus
 
 
 class FailureClass(enum.StrEnum):
@@ -19,6 +30,8 @@ class FailureClass(enum.StrEnum):
     SERVER_ERROR = "server_error"
     TIMEOUT = "timeout"
     CONNECTION = "connection"
+    # Recorded by the reaper when it takes back an expired lease: the holder died or stalled.
+    LEASE_EXPIRED = "lease_expired"
     UNKNOWN = "unknown"
 
     @property
@@ -82,6 +95,34 @@ def classify_status(status: int) -> FailureClass:
     return FailureClass.UNKNOWN
 
 
+_STATUS_ATTRIBUTES = ("status_code", "status", "http_status")
+
+
+def _http_status(value: object) -> int | None:
+    if isinstance(value, bool) or not isinstance(value, int):
+        return None
+    return int(value) if 100 <= value <= 599 else None
+
+
+def status_of(error: BaseException) -> int | None:
+    """The HTTP status an exception carries, as model SDKs and HTTP clients put it: an attribute
+    ``status_code``, ``status`` or ``http_status``, the same on its ``response``, or an
+    :class:`http.HTTPStatus` ``code``. ``None`` when it carries none."""
+    for owner in (error, getattr(error, "response", None)):
+        if owner is None:
+            continue
+        for name in _STATUS_ATTRIBUTES:
+            found = _http_status(getattr(owner, name, None))
+            if found is not None:
+                return found
+    code = getattr(error, "code", None)
+    return int(code) if isinstance(code, HTTPStatus) else None
+
+
+def _named_like(error: BaseException, *fragments: str) -> bool:
+    return any(fragment in cls.__name__ for cls in type(error).__mro__ for fragment in fragments)
+
+
 def _classify_one(error: BaseException) -> FailureClass:
     match error:
         case FallbackChainExhausted(attempts=attempts):
@@ -94,8 +135,15 @@ def _classify_one(error: BaseException) -> FailureClass:
             return FailureClass.TIMEOUT
         case ConnectionError():
             return FailureClass.CONNECTION
-        case _:
-            return FailureClass.UNKNOWN
+    carried = status_of(error)
+    if carried is not None:
+        return classify_status(carried)
+    # SDKs raise their own timeout and connection errors (no status: no answer came back).
+    if _named_like(error, "Timeout", "TimedOut"):
+        return FailureClass.TIMEOUT
+    if _named_like(error, "ConnectionError", "ConnectError", "APIConnection"):
+        return FailureClass.CONNECTION
+    return FailureClass.UNKNOWN
 
 
 def classify(error: BaseException) -> FailureClass:
@@ -115,3 +163,86 @@ def classify(error: BaseException) -> FailureClass:
             return found
         current = current.__cause__
     return FailureClass.UNKNOWN
+
+
+def _seconds(value: object) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int | float):
+        seconds = float(value)
+    elif isinstance(value, str):
+        try:
+            seconds = float(value.strip())
+        except ValueError:
+            return None  # an HTTP date: the domain reads no clock to turn it into a wait
+    else:
+        return None
+    return seconds if math.isfinite(seconds) and seconds >= 0 else None
+
+
+def retry_after_of(error: BaseException) -> float | None:
+    """How many seconds the provider asked to wait: a ``retry_after`` attribute (seconds), else
+    the ``retry-after-ms`` or ``retry-after`` header of the error's ``response``, walking the
+    cause chain (and a fallback chain's most recent attempt). ``None`` when none says."""
+    seen: set[int] = set()
+    current: BaseException | None = error
+    while current is not None and id(current) not in seen:
+        seen.add(id(current))
+        if isinstance(current, FallbackChainExhausted):
+            return retry_after_of(current.attempts[-1]) if current.attempts else None
+        found = _seconds(getattr(current, "retry_after", None))
+        if found is not None:
+            return found
+        headers = getattr(getattr(current, "response", None), "headers", None)
+        if isinstance(headers, Mapping) or hasattr(headers, "get"):
+            millis = _seconds(_header(headers, "retry-after-ms"))
+            if millis is not None:
+                return millis / 1000
+            found = _seconds(_header(headers, "retry-after"))
+            if found is not None:
+                return found
+        current = current.__cause__
+    return None
+
+
+def _header(headers: object, name: str) -> object:
+    getter = getattr(headers, "get", None)
+    if getter is None:
+        return None
+    try:
+        value = getter(name)
+        if value is None:
+            value = getter(name.title())
+    except Exception:  # a header object of an unknown shape says nothing
+        return None
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class ClassifiedFailure:
+    """What a failure is: its class, and how long the provider asked to wait (seconds)."""
+
+    failure_class: FailureClass
+    retry_after: float | None = None
+
+
+KindClassifier = Callable[[BaseException], "FailureClass | ClassifiedFailure | None"]
+"""A kind's own classifier: the class of an error it knows, or ``None`` to leave the error to
+the default rules (:func:`classify`)."""
+
+
+def classify_failure(
+    error: BaseException, custom: KindClassifier | None = None
+) -> ClassifiedFailure:
+    """The kind's classifier first (if it answers), else :func:`classify`; the retry-after the
+    error carries, unless the kind's answer names one."""
+    retry_after = retry_after_of(error)
+    if custom is not None:
+        answer = custom(error)
+        if isinstance(answer, ClassifiedFailure):
+            if answer.retry_after is None and retry_after is not None:
+                return ClassifiedFailure(answer.failure_class, retry_after)
+            return answer
+        if isinstance(answer, FailureClass):
+            return ClassifiedFailure(answer, retry_after)
+    return ClassifiedFailure(classify(error), retry_after)

@@ -19,6 +19,7 @@ from agentruns.domain.errors import (
     RetryBudgetExhausted,
     StaleEpoch,
 )
+from agentruns.domain.failure_records import LastFailure
 from agentruns.domain.payload import JsonObject
 from agentruns.domain.states import AgentRunState, check_move
 from agentruns.domain.termination import TerminationReason
@@ -55,7 +56,9 @@ class AgentRun:
     attempts that spent the kind's retry budget: a lost (taken back) lease or a charged requeue.
     ``seq`` is the queue order, fixed at enqueue: a requeued run keeps its place in its subject.
     ``lease`` is the kind's lease length when the run was enqueued; claims and renewals lease
-    until ``now + lease``.
+    until ``now + lease``. ``domain_row`` says whether its kind kept a domain row when it was
+    enqueued (a command that did not load the kind may then still cancel it); ``trace_context``
+    is the enqueuer's trace, which the run's spans join; ``last_failure`` is its newest failure.
     """
 
     id: UUID
@@ -77,6 +80,9 @@ class AgentRun:
     end_reason: TerminationReason | None = None
     ended_at: datetime | None = None
     continues: UUID | None = None
+    domain_row: bool = False
+    trace_context: dict[str, str] | None = field(default=None, compare=False)
+    last_failure: LastFailure | None = None
 
     @property
     def fence(self) -> AgentRunFence:
@@ -140,6 +146,17 @@ def check_fence(run: AgentRun, fence: AgentRunFence, now: datetime) -> None:
         )
     if run.is_expired(now):
         raise LeaseExpired(f"the lease of run {run.id} at epoch {run.epoch} has expired")
+
+
+def note_failure(run: AgentRun, epoch: int, failure: LastFailure) -> AgentRun:
+    """The run with ``failure`` as its last one. Only while it is LEASED at ``epoch``: a holder
+    records before it requeues or ends (in the same transaction, whose fenced write then checks
+    the lease), the reaper before it takes an expired lease back. A state change is not made."""
+    if run.state is not AgentRunState.LEASED or run.epoch != epoch:
+        raise StaleEpoch(
+            f"run {run.id} is {run.state} at epoch {run.epoch}; the failure is of epoch {epoch}"
+        )
+    return replace(run, last_failure=failure)
 
 
 def claim(run: AgentRun, *, holder: str, now: datetime) -> RunChange:
@@ -255,3 +272,18 @@ def continue_after(ended: AgentRun, *, retry_budget: int) -> Continuation:
             f"run {ended.id} has spent {ended.attempt} of {retry_budget} attempts"
         )
     return Continuation(epoch=ended.epoch, attempt=ended.attempt + 1, continues=ended.id)
+
+
+def retry_after_end(ended: AgentRun) -> None:
+    """An operator's retry goes on only after failed work: a dead-lettered run (not retryable,
+    retries exhausted, deadline exceeded) or one a host ended FAILED. A completed, cancelled or
+    continued run is not retried (its budget is checked by :func:`continue_after`)."""
+    if ended.state is not AgentRunState.ENDED:
+        raise IllegalTransition(ended.state, AgentRunState.QUEUED, "only an ended run is retried")
+    reason = ended.end_reason
+    if reason is None or not (reason.is_dead_letter or reason.is_retryable):
+        raise IllegalTransition(
+            ended.state,
+            AgentRunState.QUEUED,
+            f"run {ended.id} ended {reason}: only failed or dead-lettered runs are retried",
+        )

@@ -86,6 +86,7 @@ def decide_recovery(failure: FailureClass, attempt: int, retry_budget: int) -> R
             | FailureClass.SERVER_ERROR
             | FailureClass.TIMEOUT
             | FailureClass.CONNECTION
+            | FailureClass.LEASE_EXPIRED
             | FailureClass.UNKNOWN
         ):
             if attempt >= retry_budget:

@@ -25,8 +25,9 @@ from typing import TYPE_CHECKING
 
 from dependency_injector import containers, providers
 
+from agentruns.adapters import embedded
 from agentruns.adapters.clock import SystemClock
-from agentruns.adapters.embedded import EmbeddedPostgres
+from agentruns.adapters.embedded import EmbeddedPostgres, EmbeddedStatus
 from agentruns.adapters.memory import MemoryFamily
 from agentruns.app.family import AdapterFamily
 from agentruns.app.kinds import RunKinds
@@ -39,6 +40,7 @@ from agentruns.app.sandbox_reaper import AgentSandboxReaper
 from agentruns.app.sandboxes import AgentSandboxes, AgentSandboxKind
 from agentruns.app.scheduler import AgentScheduler
 from agentruns.app.schedules import AgentSchedules
+from agentruns.app.tracing import NoTracing, Tracing
 from agentruns.app.worker import Worker
 from agentruns.domain.backoff import RandomSource
 from agentruns.domain.errors import StoreUnavailable
@@ -46,6 +48,7 @@ from agentruns.domain.sandbox import SandboxTimings
 from agentruns.entrypoints.settings import AgentRunsSettings
 
 if TYPE_CHECKING:
+    from agentruns.adapters.prometheus import MetricsServer
     from agentruns.adapters.tokens import SigningKey
 
 # The PostgreSQL and Prometheus adapters are imported when first used, so a host on the memory
@@ -64,6 +67,17 @@ def prometheus_metrics() -> Metrics:
     from agentruns.adapters.prometheus import PrometheusMetrics
 
     return PrometheusMetrics()
+
+
+def otel_tracing() -> Tracing:
+    """Spans to the global OpenTelemetry tracer provider (``AGENTRUNS_TRACING=otel``)."""
+    try:
+        from agentruns.adapters.otel import OtelTracing
+    except ImportError as exc:
+        raise StoreUnavailable(
+            "AGENTRUNS_TRACING=otel needs OpenTelemetry: pip install 'agentruns[otel]'"
+        ) from exc
+    return OtelTracing()
 
 
 def sandbox_timings(settings: AgentRunsSettings) -> SandboxTimings:
@@ -111,12 +125,20 @@ class AgentRunsContainer(containers.DeclarativeContainer):
         prometheus=providers.Singleton(prometheus_metrics),
     )
 
+    # "none" records nothing; "otel" makes spans for the OpenTelemetry tracer provider.
+    tracing = providers.Selector(
+        settings.provided.tracing,
+        none=providers.Singleton(NoTracing),
+        otel=providers.Singleton(otel_tracing),
+    )
+
     runs = providers.Singleton(
         AgentRuns,
         stores=stores,
         kinds=kinds,
         rng=rng,
         band_aging=settings.provided.band_aging,
+        tracing=tracing,
     )
     reaper = providers.Singleton(
         AgentRunReaper,
@@ -138,6 +160,7 @@ class AgentRunsContainer(containers.DeclarativeContainer):
             lambda settings: settings.poll_interval.total_seconds(), settings
         ),
         metrics=metrics,
+        tracing=tracing,
     )
 
     # Schedules: synced from the kinds' declarations, ticked by any replica's scheduler.
@@ -221,6 +244,41 @@ def embedded_database(data_dir: Path) -> Iterator[str]:
         server.stop()
 
 
+def embedded_status(data_dir: Path) -> EmbeddedStatus:
+    """Whether the embedded PostgreSQL of ``data_dir`` runs, where, and who holds it."""
+    return embedded.status(data_dir)
+
+
+def keep_embedded(data_dir: Path) -> str:
+    """Start (or join) the embedded PostgreSQL of ``data_dir`` and keep it running after this
+    process exits, until :func:`stop_embedded`; its URL."""
+    server = EmbeddedPostgres(data_dir)
+    url = server.start()
+    server.keep()
+    server.stop()
+    return url
+
+
+def stop_embedded(data_dir: Path) -> bool:
+    """Stop the embedded PostgreSQL of ``data_dir``, whoever started it; False if it was not
+    running."""
+    return embedded.shutdown(data_dir)
+
+
+def database_named(url: str, name: str) -> str:
+    """The URL of database ``name`` on the server of ``url`` (the demo's, for one)."""
+    from agentruns.adapters.postgres import admin
+
+    return admin.with_database(url, name)
+
+
+def shown_url(url: str) -> str:
+    """``url`` with its password hidden."""
+    from agentruns.adapters.postgres import admin
+
+    return admin.shown_url(url)
+
+
 def use_postgres(container: AgentRunsContainer, url: str) -> None:
     """Point ``container`` at the PostgreSQL server at ``url`` (every time on its clock)."""
     settings = container.settings()
@@ -270,13 +328,29 @@ async def close(container: AgentRunsContainer) -> None:
     await container.family().close()
 
 
-def serve_metrics(metrics: Metrics, port: int) -> None:
-    """Expose ``metrics`` (the Prometheus backend) on ``port`` at ``/metrics``."""
+def serve_metrics(
+    container: AgentRunsContainer, port: int, host: str = "127.0.0.1"
+) -> MetricsServer:
+    """Expose the container's metrics (switched to the Prometheus backend) on ``host:port`` at
+    ``/metrics``, with ``/healthz`` checking its database (200 when it answers, 503 when not).
+    Raises :class:`OSError` when the port cannot be bound."""
     from agentruns.adapters.prometheus import PrometheusMetrics, serve
 
+    container.metrics_backend.override("prometheus")
+    metrics = container.metrics()
     if not isinstance(metrics, PrometheusMetrics):
         raise TypeError("only the Prometheus metrics backend can be served")
-    serve(metrics, port)
+    url = container.settings().database_url
+    if container.profile() == "postgres" and url:
+        return serve(metrics, port, host, health=lambda: database_health(url))
+    return serve(metrics, port, host)
+
+
+def database_health(url: str) -> None:
+    """Return if the database at ``url`` answers a query now; raise StoreUnavailable if not."""
+    from agentruns.adapters.postgres import admin
+
+    admin.ping(url)
 
 
 # Sandboxes for the commands: the gateway and the reaper take what only the host knows from one

@@ -2,32 +2,21 @@
 
 from __future__ import annotations
 
-import re
 from datetime import timedelta
 from typing import Annotated, Literal
 
 from pydantic import BeforeValidator, Field, PositiveInt
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
-_UNITS = {"ms": 0.001, "s": 1, "m": 60, "h": 3600, "d": 86400}
-_SHORT = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(ms|s|m|h|d)?\s*$")
+from agentruns.domain.durations import parse_duration
 
-
-def parse_duration(value: object) -> object:
-    """Seconds as a number or string, or ``30s``, ``10m``, ``2h``, ``7d``; anything else (an ISO
-    8601 duration, a timedelta) is left for pydantic to judge."""
-    if isinstance(value, str):
-        match = _SHORT.match(value)
-        if match:
-            return timedelta(seconds=float(match[1]) * _UNITS[match[2] or "s"])
-    return value
-
-
+# The one duration parser of the command line and the settings (its InvalidDuration is a
+# ValueError, which pydantic reports as this setting's error).
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
 
 class AgentRunsSettings(BaseSettings):
-    """Durations accept seconds, ``30s``/``10m``/``2h``/``7d``, or ISO 8601 (``PT30S``).
+    """Durations accept seconds, ``30s``/``10m``/``2h``/``7d``/``1h30m``, or ISO 8601 (``PT30S``).
 
     Nothing reads the environment elsewhere; importing agentruns reads nothing. A kind's lease,
     retry budget and backoff are its own (:class:`~agentruns.domain.kinds.RunKindPolicy`, in
@@ -47,6 +36,10 @@ class AgentRunsSettings(BaseSettings):
     poll_interval: Duration = timedelta(seconds=2)
     shutdown_grace: Duration = timedelta(seconds=30)
     reap_batch: PositiveInt = 500
+    tracing: Literal["none", "otel"] = Field(
+        default="none",
+        description="otel: spans to the OpenTelemetry tracer provider (the otel extra).",
+    )
     # Which long-running commands run the scheduler loop (every replica of them may: no
     # leader), at most how long a pass waits before it looks again, and how long claimed ticks
     # are kept for `agentruns schedules` (ADRs/0015).

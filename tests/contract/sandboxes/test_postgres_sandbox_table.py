@@ -102,7 +102,7 @@ def test_a_subject_has_one_live_sandbox(db: psycopg.Connection[tuple[object, ...
 async def test_the_sandbox_revision_downgrades_and_upgrades(postgres_server: str) -> None:
     """0002_sandboxes goes down to 0001_runs, leaving the runs, and comes back up."""
     with empty_database(postgres_server) as url:
-        migrate(url)
+        migrate(url, "0002_sandboxes")
         downgrade(url, "0001_runs")
         with psycopg.connect(url) as connection:
             tables = {

@@ -16,6 +16,7 @@ from agentruns.app.ports import (
     Clock,
     EndWrite,
     EventLog,
+    NewFailure,
     NewRun,
     RunEvent,
     RunQuery,
@@ -32,6 +33,7 @@ from agentruns.domain.errors import (
     LeaseLost,
     RunNotFound,
 )
+from agentruns.domain.failure_records import FailureRecord
 from agentruns.domain.payload import JsonObject
 from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.states import AgentRunState
@@ -53,6 +55,8 @@ class MemoryRunStore(RunStore):
         self.rows: MemoryTable[UUID, AgentRun] = MemoryTable(database)
         # Like a PostgreSQL sequence, queue order is not given back on rollback.
         self._seq = itertools.count(1)
+        self._failures: MemoryTable[UUID, tuple[FailureRecord, ...]] = MemoryTable(database)
+        self._failure_ids = itertools.count(1)
 
     async def now(self, tx: Transaction) -> datetime:
         self._database.check(tx)
@@ -94,6 +98,8 @@ class MemoryRunStore(RunStore):
             lease=new.lease,
             deadline_at=deadline,
             continues=new.continues,
+            domain_row=new.domain_row,
+            trace_context=None if new.trace_context is None else dict(new.trace_context),
         )
         return self._write(tx, run)
 
@@ -174,12 +180,28 @@ class MemoryRunStore(RunStore):
         )
         return self._write(tx, run.apply(change))
 
-    async def expired(self, tx: Transaction, limit: int) -> list[AgentRun]:
+    async def expired(
+        self, tx: Transaction, limit: int, kinds: Sequence[str] | None = None
+    ) -> list[AgentRun]:
         self._database.check(tx)
         now = self._clock.now()
-        found = [run for run in self.rows.values() if run.is_expired(now)]
+        found = [
+            run
+            for run in self.rows.values()
+            if run.is_expired(now) and (kinds is None or run.kind in kinds)
+        ]
         found.sort(key=lambda run: (run.leased_until or now, run.seq))
         return found[:limit]
+
+    async def expired_kinds(self, tx: Transaction, excluding: Sequence[str]) -> dict[str, int]:
+        self._database.check(tx)
+        now = self._clock.now()
+        counted = Counter(
+            run.kind
+            for run in self.rows.values()
+            if run.is_expired(now) and run.kind not in excluding
+        )
+        return dict(sorted(counted.items()))
 
     async def take_back(self, tx: Transaction, take_back: TakeBack) -> AgentRun | None:
         self._database.check(tx)
@@ -195,19 +217,71 @@ class MemoryRunStore(RunStore):
     async def take_back_many(
         self, tx: Transaction, take_backs: Sequence[TakeBack]
     ) -> list[AgentRun]:
-        taken = [await self.take_back(tx, take_back) for take_back in take_backs]
-        return [run for run in taken if run is not None]
+        taken: list[AgentRun] = []
+        now = self._clock.now()
+        for take_back in take_backs:
+            run = self.rows.get(take_back.run_id)
+            if run is None or run.epoch != take_back.epoch or not run.is_expired(now):
+                continue  # a renewal or another replica won: nothing written for it
+            if take_back.failure is not None:
+                await self.record_failure(
+                    tx, NewFailure(take_back.run_id, take_back.epoch, take_back.failure)
+                )
+            after = await self.take_back(tx, take_back)
+            if after is not None:
+                taken.append(after)
+        return taken
 
-    async def overdue(self, tx: Transaction, limit: int) -> list[AgentRun]:
+    async def overdue(
+        self, tx: Transaction, limit: int, kinds: Sequence[str] | None = None
+    ) -> list[AgentRun]:
         self._database.check(tx)
         now = self._clock.now()
         found = [
             run
             for run in self.rows.values()
-            if run.state is AgentRunState.QUEUED and run.is_past_deadline(now)
+            if run.state is AgentRunState.QUEUED
+            and run.is_past_deadline(now)
+            and (kinds is None or run.kind in kinds)
         ]
         found.sort(key=lambda run: (run.deadline_at or now, run.seq))
         return found[:limit]
+
+    async def record_failure(self, tx: Transaction, failure: NewFailure) -> FailureRecord:
+        self._database.check(tx)
+        run = self._existing(failure.run_id)
+        noted = transitions.note_failure(run, failure.epoch, failure.detail.summary)
+        self.rows.put(tx, run.id, noted)
+        detail = failure.detail
+        record = FailureRecord(
+            run_id=run.id,
+            id=next(self._failure_ids),
+            epoch=run.epoch,
+            attempt=run.attempt,
+            holder=run.holder,
+            error_type=detail.error_type,
+            message=detail.message,
+            failure_class=detail.failure_class,
+            traceback=detail.traceback,
+            recorded_at=self._clock.now(),
+        )
+        self._failures.put(tx, run.id, (*self._failures_of(run.id), record))
+        return record
+
+    async def continuation_of(self, tx: Transaction, run_id: UUID) -> AgentRun | None:
+        self._database.check(tx)
+        found = [run for run in self.rows.values() if run.continues == run_id]
+        return min(found, key=lambda run: run.seq) if found else None
+
+    async def failures(self, tx: Transaction, run_id: UUID) -> list[FailureRecord]:
+        self._database.check(tx)
+        return list(self._failures_of(run_id))
+
+    def _failures_of(self, run_id: UUID) -> tuple[FailureRecord, ...]:
+        # A purged run's failures go with it, as ON DELETE CASCADE does in PostgreSQL.
+        if self.rows.get(run_id) is None:
+            return ()
+        return self._failures.get(run_id) or ()
 
     async def purge(self, tx: Transaction, ended_before: datetime, limit: int) -> int:
         self._database.check(tx)

@@ -3,12 +3,13 @@
 from __future__ import annotations
 
 from collections import Counter
+from datetime import datetime, timedelta
 
 from agentruns.adapters.memory.database import MemoryDatabase
 from agentruns.adapters.memory.runs import MemoryRunStore
 from agentruns.adapters.memory.workspaces import MemoryWorkspaceStore
 from agentruns.app.ports import Clock, Transaction
-from agentruns.app.stats import RunStats, RunStatus, count_runs
+from agentruns.app.stats import ExpiredLeases, RunStats, RunStatus, count_runs
 from agentruns.domain.claim_order import SubjectKey, subject_key
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
@@ -46,6 +47,17 @@ class MemoryRunStats(RunStats):
             oldest_due_at=min(due) if due else None,
             holds=tuple(self._workspaces.holds_at(now)),
             inactive=tuple(self._workspaces.inactive()),
+            expired_by_kind=_expired_by_kind(everything, now),
+        )
+
+    async def ended_before(self, tx: Transaction, older_than: timedelta) -> int:
+        cutoff = self._clock.now() - older_than
+        return sum(
+            1
+            for run in self._all(tx)
+            if run.state is AgentRunState.ENDED
+            and run.ended_at is not None
+            and run.ended_at < cutoff
         )
 
     async def runs(
@@ -80,3 +92,14 @@ def _settled(run: AgentRun) -> bool:
             return run.due_at is not None
         case AgentRunState.LEASED:
             return run.leased_until is not None
+
+
+def _expired_by_kind(runs: list[AgentRun], now: datetime) -> tuple[ExpiredLeases, ...]:
+    oldest: dict[str, datetime] = {}
+    counted: Counter[str] = Counter()
+    for run in runs:
+        if run.is_expired(now) and run.leased_until is not None:
+            counted[run.kind] += 1
+            held = oldest.get(run.kind)
+            oldest[run.kind] = run.leased_until if held is None else min(held, run.leased_until)
+    return tuple(ExpiredLeases(kind, counted[kind], oldest[kind]) for kind in sorted(counted))

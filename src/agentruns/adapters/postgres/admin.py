@@ -14,6 +14,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import make_url
 from sqlalchemy.exc import ArgumentError
 
+from agentruns.adapters.postgres.database import postgres_url
 from agentruns.adapters.postgres.migrate import alembic_config, migrate
 from agentruns.domain.errors import StoreUnavailable
 
@@ -24,12 +25,35 @@ def _parsed(url: str) -> str:
     """The libpq URL of ``url``, or a one-line error naming what is wrong with it."""
     try:
         parsed = make_url(url)
-    except ArgumentError:
-        raise StoreUnavailable(f"the database URL {url!r} cannot be parsed") from None
-    if parsed.get_backend_name() != "postgresql":
+    except (ArgumentError, ValueError):
+        raise StoreUnavailable(f"the database URL {_masked(url)!r} cannot be parsed") from None
+    try:
+        postgres_url(url)
+    except ValueError:
         shown = parsed.render_as_string(hide_password=True)
-        raise StoreUnavailable(f"the database URL {shown} is not a postgresql:// URL")
+        raise StoreUnavailable(f"the database URL {shown} is not a postgresql:// URL") from None
     return parsed.set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def _masked(url: str) -> str:
+    """A URL that did not parse, with anything between ``:`` and ``@`` hidden (a password)."""
+    return re.sub(r"(://[^/:@]*):[^@/]*@", r"\1:***@", url)
+
+
+def shown_url(url: str) -> str:
+    """The URL with its password hidden, for a command to print (StoreUnavailable if it is not
+    a PostgreSQL URL)."""
+    parsed = make_url(_parsed(url))
+    # An empty password (the embedded server's) is shown as it is: there is nothing to hide.
+    return parsed.render_as_string(hide_password=bool(parsed.password))
+
+
+def with_database(url: str, name: str) -> str:
+    """The URL of database ``name`` on the server of ``url``."""
+    if not _NAME.match(name):
+        raise StoreUnavailable(f"not a plain database name: {name!r}")
+    parsed = make_url(_parsed(url))
+    return parsed.set(database=name).render_as_string(hide_password=False)
 
 
 def _shown(url: str) -> str:
@@ -43,6 +67,18 @@ def connect(url: str) -> psycopg.Connection[tuple[object, ...]]:
     libpq = _parsed(url)
     try:
         return psycopg.connect(libpq, autocommit=True, connect_timeout=5)
+    except psycopg.Error as exc:
+        detail = " ".join(str(exc).split()) or type(exc).__name__
+        raise StoreUnavailable(f"cannot reach PostgreSQL at {_shown(url)}: {detail}") from exc
+
+
+def ping(url: str, timeout: int = 3) -> None:
+    """Return if the database answers ``SELECT 1`` within ``timeout`` seconds, else raise
+    StoreUnavailable saying why (the health check of a worker or reaper)."""
+    libpq = _parsed(url)
+    try:
+        with psycopg.connect(libpq, autocommit=True, connect_timeout=timeout) as connection:
+            connection.execute("SELECT 1")
     except psycopg.Error as exc:
         detail = " ".join(str(exc).split()) or type(exc).__name__
         raise StoreUnavailable(f"cannot reach PostgreSQL at {_shown(url)}: {detail}") from exc

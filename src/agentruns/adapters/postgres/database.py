@@ -15,7 +15,7 @@ from datetime import datetime
 from typing import Any
 
 import psycopg
-from sqlalchemy import TextClause, event, make_url
+from sqlalchemy import URL, TextClause, event, make_url
 from sqlalchemy.engine import RowMapping
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
@@ -43,17 +43,28 @@ _REFUSALS = {
 }
 
 
-def sqlalchemy_url(url: str) -> str:
-    """``postgresql://...`` as the async psycopg 3 driver URL SQLAlchemy wants."""
+# Schemes that name PostgreSQL: libpq's two, and SQLAlchemy's with any driver after a "+".
+_BACKENDS = ("postgresql", "postgres")
+
+
+def postgres_url(url: str) -> URL:
+    """``url`` parsed, if it names PostgreSQL: ``postgresql://``, ``postgres://`` (as libpq and
+    most hosting providers write it) or ``postgresql+driver://``. ValueError otherwise."""
     parsed = make_url(url)
-    if parsed.get_backend_name() != "postgresql":
+    if parsed.drivername.split("+", 1)[0] not in _BACKENDS:
         raise ValueError(f"not a PostgreSQL URL: {parsed.render_as_string(hide_password=True)}")
+    return parsed
+
+
+def sqlalchemy_url(url: str) -> str:
+    """A PostgreSQL URL as the async psycopg 3 driver URL SQLAlchemy wants."""
+    parsed = postgres_url(url)
     return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
 
 
 def libpq_url(url: str) -> str:
     """The plain ``postgresql://`` URL a bare psycopg connection takes."""
-    parsed = make_url(url)
+    parsed = postgres_url(url)
     return parsed.set(drivername="postgresql").render_as_string(hide_password=False)
 
 

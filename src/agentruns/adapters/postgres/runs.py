@@ -22,6 +22,7 @@ from agentruns.app.ports import (
     ClaimRequest,
     EndWrite,
     EventLog,
+    NewFailure,
     NewRun,
     RunEvent,
     RunQuery,
@@ -39,6 +40,8 @@ from agentruns.domain.errors import (
     RunNotFound,
     StaleEpoch,
 )
+from agentruns.domain.failure_records import FailureRecord, LastFailure
+from agentruns.domain.failures import FailureClass
 from agentruns.domain.payload import JsonObject
 from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.states import AgentRunState
@@ -71,12 +74,52 @@ def run_from_row(row: RowMapping) -> AgentRun:
         end_reason=None if end_reason is None else TerminationReason(end_reason),
         ended_at=row["ended_at"],
         continues=row["continues"],
+        domain_row=row["domain_row"],
+        trace_context=row["trace_context"],
+        last_failure=_last_failure(row),
     )
+
+
+def _last_failure(row: RowMapping) -> LastFailure | None:
+    if row["last_error_type"] is None:
+        return None
+    return LastFailure(
+        error_type=row["last_error_type"],
+        message=row["last_error"] or "",
+        failure_class=FailureClass(row["last_failure_class"]),
+    )
+
+
+def failure_from_row(row: RowMapping) -> FailureRecord:
+    return FailureRecord(
+        run_id=row["run_id"],
+        id=row["id"],
+        epoch=row["epoch"],
+        attempt=row["attempt"],
+        holder=row["holder"],
+        error_type=row["error_type"],
+        message=row["message"],
+        failure_class=FailureClass(row["failure_class"]),
+        traceback=row["traceback"],
+        recorded_at=row["recorded_at"],
+    )
+
+
+def _kinds(kinds: Sequence[str] | None) -> list[str] | None:
+    return None if kinds is None else list(kinds)
 
 
 def _claim_key(row: RowMapping) -> tuple[int, int, datetime, int]:
     """The claim order of a claimed row, as the statement ranked it."""
     return (row["claim_band"], row["claim_load"], row["due_at"], row["seq"])
+
+
+def _failure(take_back: TakeBack, field: str) -> str | None:
+    """One field of the failed attempt a take-back records, as text (``None``: none)."""
+    if take_back.failure is None:
+        return None
+    value = getattr(take_back.failure, field)
+    return str(value.value if field == "failure_class" else value)
 
 
 def _fence_params(fence: AgentRunFence) -> dict[str, Any]:
@@ -141,6 +184,8 @@ class PostgresRunStore(RunStore):
             deadline_at=new.deadline_at,
             deadline_after=new.deadline_after,
             continues=new.continues,
+            domain_row=new.domain_row,
+            trace_context=new.trace_context,
         )
         assert run is not None  # INSERT ... RETURNING returns the row it inserted
         return run
@@ -277,8 +322,14 @@ class PostgresRunStore(RunStore):
             raise StaleEpoch(f"run {fence.run_id} moved under the fence of epoch {fence.epoch}")
         return run
 
-    async def expired(self, tx: Tx, limit: int) -> list[AgentRun]:
-        return await self._many(tx, sql.EXPIRED, limit=limit)
+    async def expired(
+        self, tx: Tx, limit: int, kinds: Sequence[str] | None = None
+    ) -> list[AgentRun]:
+        return await self._many(tx, sql.EXPIRED, limit=limit, kinds=_kinds(kinds))
+
+    async def expired_kinds(self, tx: Tx, excluding: Sequence[str]) -> dict[str, int]:
+        rows = await fetch(tx, sql.EXPIRED_KINDS, self._params(excluding=list(excluding)))
+        return {row["kind"]: int(row["leases"]) for row in rows}
 
     async def take_back(self, tx: Tx, take_back: TakeBack) -> AgentRun | None:
         return await self._one(
@@ -300,10 +351,44 @@ class PostgresRunStore(RunStore):
             epochs=[take_back.epoch for take_back in take_backs],
             budgets=[take_back.retry_budget for take_back in take_backs],
             delays=[take_back.delay for take_back in take_backs],
+            error_types=[_failure(take_back, "error_type") for take_back in take_backs],
+            messages=[_failure(take_back, "message") for take_back in take_backs],
+            failure_classes=[_failure(take_back, "failure_class") for take_back in take_backs],
+            tracebacks=[_failure(take_back, "traceback") for take_back in take_backs],
         )
 
-    async def overdue(self, tx: Tx, limit: int) -> list[AgentRun]:
-        return await self._many(tx, sql.OVERDUE, limit=limit)
+    async def overdue(
+        self, tx: Tx, limit: int, kinds: Sequence[str] | None = None
+    ) -> list[AgentRun]:
+        return await self._many(tx, sql.OVERDUE, limit=limit, kinds=_kinds(kinds))
+
+    async def record_failure(self, tx: Tx, failure: NewFailure) -> FailureRecord:
+        detail = failure.detail
+        rows = await fetch(
+            tx,
+            sql.RECORD_FAILURE,
+            self._params(
+                run_id=failure.run_id,
+                epoch=failure.epoch,
+                error_type=detail.error_type,
+                message=detail.message,
+                failure_class=detail.failure_class.value,
+                traceback=detail.traceback,
+            ),
+        )
+        if not rows:
+            run, _ = await self._read(tx, failure.run_id)
+            transitions.note_failure(run, failure.epoch, detail.summary)
+            raise StaleEpoch(f"run {failure.run_id} moved under the failure's epoch")
+        return failure_from_row(rows[0])
+
+    async def continuation_of(self, tx: Tx, run_id: UUID) -> AgentRun | None:
+        return await self._one(tx, sql.CONTINUATION_OF, run_id=run_id)
+
+    async def failures(self, tx: Tx, run_id: UUID) -> list[FailureRecord]:
+        return [
+            failure_from_row(row) for row in await fetch(tx, sql.LIST_FAILURES, {"run_id": run_id})
+        ]
 
     async def purge(self, tx: Tx, ended_before: datetime, limit: int) -> int:
         rows = await fetch(tx, sql.PURGE, {"ended_before": ended_before, "limit": limit})

@@ -12,6 +12,7 @@ from sqlalchemy import (
     Column,
     DateTime,
     ForeignKey,
+    Identity,
     Index,
     Integer,
     Interval,
@@ -30,7 +31,7 @@ metadata = MetaData()
 
 TZ = DateTime(timezone=True)
 
-# A workspace's row is its lane (ADRs/0013): its leased runs and the first offered head of each
+# A workspace's row is its lane (ADRs/0017): its leased runs and the first offered head of each
 # band, indexed in claim order per band. Claims keep it; everything else goes through the
 # ledger agent_workspace_delta, which the next claim folds in.
 agent_workspace = Table(
@@ -96,7 +97,14 @@ agent_run = Table(
     Column("end_reason", Text),
     Column("ended_at", TZ),
     Column("continues", UUID(as_uuid=True)),
+    # migrations/versions/0006_failure_records.py
+    Column("domain_row", Boolean, nullable=False, server_default=text("false")),
+    Column("trace_context", JSONB),
+    Column("last_error_type", Text),
+    Column("last_error", Text),
+    Column("last_failure_class", Text),
     Column("head", Boolean, nullable=False, server_default=text("false")),
+    Column("claimed_at", TZ),
     CheckConstraint("state IN ('queued', 'leased', 'ended')", name="ck_agent_run_state"),
     CheckConstraint("band BETWEEN 0 AND 2", name="ck_agent_run_band"),
     CheckConstraint("epoch >= 0 AND attempt >= 0", name="ck_agent_run_counts"),
@@ -139,6 +147,11 @@ Index(
     agent_run.c.deadline_at,
     postgresql_where=text("state = 'queued' AND deadline_at IS NOT NULL"),
 )
+Index(
+    "ix_agent_run_continues",
+    agent_run.c.continues,
+    postgresql_where=text("continues IS NOT NULL"),
+)
 Index("ix_agent_run_ended_at", agent_run.c.ended_at, postgresql_where=text("state = 'ended'"))
 
 agent_run_event = Table(
@@ -157,6 +170,28 @@ agent_run_event = Table(
     Column("created_at", TZ, nullable=False),
     UniqueConstraint("run_id", "seq", name="uq_agent_run_event_seq"),
 )
+
+# One row per failed attempt, kept for the run's life (ADRs/0014).
+agent_run_failure = Table(
+    "agent_run_failure",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column(
+        "run_id",
+        UUID(as_uuid=True),
+        ForeignKey("agent_run.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("epoch", Integer, nullable=False),
+    Column("attempt", Integer, nullable=False),
+    Column("holder", Text),
+    Column("error_type", Text, nullable=False),
+    Column("message", Text, nullable=False),
+    Column("failure_class", Text, nullable=False),
+    Column("traceback", Text, nullable=False),
+    Column("recorded_at", TZ, nullable=False),
+)
+Index("ix_agent_run_failure_run", agent_run_failure.c.run_id, agent_run_failure.c.id)
 
 # A sandbox's row owns its claim (migrations/versions/0002_sandboxes.py; the trigger
 # guard_agent_sandbox keeps the state table and the identity).

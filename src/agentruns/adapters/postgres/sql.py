@@ -23,7 +23,8 @@ NOW = "COALESCE(CAST(:now AS timestamptz), now())"
 
 RUN_COLUMNS = (
     "id, kind, workspace, subject, band, payload, state, epoch, attempt, seq, enqueued_at, "
-    "due_at, lease, deadline_at, leased_until, holder, end_reason, ended_at, continues"
+    "due_at, lease, deadline_at, leased_until, holder, end_reason, ended_at, continues, "
+    "domain_row, trace_context, last_error_type, last_error, last_failure_class"
 )
 _R_COLUMNS = ", ".join(f"r.{column.strip()}" for column in RUN_COLUMNS.split(","))
 
@@ -41,6 +42,9 @@ _BIND_TYPES: dict[str, TypeEngine[Any]] = {
     "data": JSONB(),
     "kinds": ARRAY(Text),
     "names": ARRAY(Text),
+    # The enqueuer's trace context: NULL when there is none, not the JSON null.
+    "trace_context": JSONB(none_as_null=True),
+    "excluding": ARRAY(Text),
 }
 
 
@@ -58,12 +62,13 @@ NOW_SELECT = statement(f"SELECT {NOW} AS now")
 INSERT_RUN = statement(f"""
 WITH clock AS (SELECT {NOW} AS now)
 INSERT INTO agent_run (id, kind, workspace, subject, band, payload, state, epoch, attempt,
-                       enqueued_at, due_at, lease, deadline_at, continues)
+                       enqueued_at, due_at, lease, deadline_at, continues, domain_row,
+                       trace_context)
 SELECT :id, :kind, :workspace, :subject, :band, :payload, 'queued', :epoch, :attempt,
        clock.now, COALESCE(CAST(:due_at AS timestamptz), clock.now), :lease,
        COALESCE(CAST(:deadline_at AS timestamptz),
                 clock.now + CAST(:deadline_after AS interval)),
-       :continues
+       :continues, :domain_row, :trace_context
 FROM clock
 RETURNING {RUN_COLUMNS}
 """)
@@ -86,7 +91,7 @@ RETURNING {RUN_COLUMNS}
 
 # An ended run is no longer its subject's head. The trigger agent_run_moved hands the subject to
 # its next waiting run, and tells the lanes of every lease taken or given back and every head
-# that left, whoever writes (ADRs/0013).
+# that left, whoever writes (ADRs/0017).
 END_FENCED = statement(f"""
 WITH clock AS (SELECT {NOW} AS now),
 ended AS (
@@ -123,9 +128,17 @@ SELECT * FROM requeued
 # expiry itself is not indexed, so that a renewal stays a HOT update.
 EXPIRED = statement(f"""
 SELECT {RUN_COLUMNS} FROM agent_run
-WHERE state = 'leased' AND leased_until <= {NOW}
+WHERE state = 'leased' AND leased_until <= {NOW} AND {_KINDS.format(kind="kind")}
 ORDER BY leased_until, seq LIMIT :limit
 FOR UPDATE SKIP LOCKED
+""")
+
+# Expired leases no reaper of the given kinds will take back (ADRs/0014): left for a replica
+# that knows their kind, and counted so the reaper can say so once in a while.
+EXPIRED_KINDS = statement(f"""
+SELECT kind, count(*) AS leases FROM agent_run
+WHERE state = 'leased' AND leased_until <= {NOW} AND kind <> ALL(CAST(:excluding AS text[]))
+GROUP BY kind ORDER BY kind
 """)
 
 _TAKE_BACK_REASON = (
@@ -157,7 +170,7 @@ taken AS (
 SELECT * FROM taken
 """)
 
-# The set-based take-back (ADRs/0013), for kinds without a domain row: one statement per batch,
+# The set-based take-back (ADRs/0017), for kinds without a domain row: one statement per batch,
 # each row still conditional on its epoch and expiry, so a renewal that committed first wins
 # (its row no longer matches and is left as it is). Each row brings its kind's budget and its
 # backoff delay; rows another replica holds are skipped.
@@ -165,22 +178,39 @@ TAKE_BACK_MANY = statement(f"""
 WITH clock AS (SELECT {NOW} AS now),
 w AS (
     SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:epochs AS integer[]),
-                         CAST(:budgets AS integer[]), CAST(:delays AS interval[]))
-        AS w(id, epoch, retry_budget, delay)
+                         CAST(:budgets AS integer[]), CAST(:delays AS interval[]),
+                         CAST(:error_types AS text[]), CAST(:messages AS text[]),
+                         CAST(:failure_classes AS text[]), CAST(:tracebacks AS text[]))
+        AS w(id, epoch, retry_budget, delay, error_type, message, failure_class, traceback)
 ),
 due AS (
-    SELECT r.id, w.retry_budget, w.delay FROM agent_run r JOIN w ON w.id = r.id, clock
-    WHERE r.epoch = w.epoch AND r.state = 'leased' AND r.leased_until <= clock.now
-    FOR UPDATE OF r SKIP LOCKED
+    SELECT r.id, r.epoch, r.attempt, r.holder, w.retry_budget, w.delay, w.error_type,
+           w.message, w.failure_class, w.traceback
+    FROM w CROSS JOIN LATERAL (
+        SELECT r.id, r.epoch, r.attempt, r.holder FROM agent_run r, clock
+        WHERE r.id = w.id AND r.epoch = w.epoch AND r.state = 'leased'
+          AND r.leased_until <= clock.now
+        FOR UPDATE OF r SKIP LOCKED) r
 ),
 taken AS (
     UPDATE agent_run r SET {
     _TAKE_BACK_SET.replace(":retry_budget", "due.retry_budget").replace(
         "CAST(:delay AS interval)", "due.delay"
     )
-}
+},
+        last_error_type = COALESCE(due.error_type, r.last_error_type),
+        last_error = COALESCE(due.message, r.last_error),
+        last_failure_class = COALESCE(due.failure_class, r.last_failure_class)
     FROM clock, due WHERE r.id = due.id
     RETURNING {_R_COLUMNS}
+),
+recorded AS (
+    INSERT INTO agent_run_failure (run_id, epoch, attempt, holder, error_type, message,
+                                   failure_class, traceback, recorded_at)
+    SELECT due.id, due.epoch, due.attempt, due.holder, due.error_type, due.message,
+           due.failure_class, due.traceback, clock.now
+    FROM due JOIN taken ON taken.id = due.id, clock
+    WHERE due.error_type IS NOT NULL
 )
 SELECT * FROM taken
 """)
@@ -188,7 +218,39 @@ SELECT * FROM taken
 OVERDUE = statement(f"""
 SELECT {RUN_COLUMNS} FROM agent_run
 WHERE state = 'queued' AND deadline_at IS NOT NULL AND deadline_at <= {NOW}
+  AND {_KINDS.format(kind="kind")}
 ORDER BY deadline_at, seq LIMIT :limit
+""")
+
+# A failed attempt (ADRs/0014): the run, still leased at the failure's epoch, takes it as its
+# last failure (a leased -> leased update: no head moves, no wake-up) and the record is appended,
+# in one statement. Written only on failure, never on a successful step or end.
+_FAILURE_COLUMNS = (
+    "run_id, id, epoch, attempt, holder, error_type, message, failure_class, traceback, recorded_at"
+)
+
+RECORD_FAILURE = statement(f"""
+WITH clock AS (SELECT {NOW} AS now),
+noted AS (
+    UPDATE agent_run SET last_error_type = :error_type, last_error = :message,
+                         last_failure_class = :failure_class
+    FROM clock WHERE id = :run_id AND epoch = :epoch AND state = 'leased'
+    RETURNING id, epoch, attempt, holder, clock.now AS now
+)
+INSERT INTO agent_run_failure (run_id, epoch, attempt, holder, error_type, message,
+                               failure_class, traceback, recorded_at)
+SELECT noted.id, noted.epoch, noted.attempt, noted.holder, :error_type, :message,
+       :failure_class, :traceback, noted.now
+FROM noted
+RETURNING {_FAILURE_COLUMNS}
+""")
+
+CONTINUATION_OF = statement(f"""
+SELECT {RUN_COLUMNS} FROM agent_run WHERE continues = :run_id ORDER BY seq LIMIT 1
+""")
+
+LIST_FAILURES = statement(f"""
+SELECT {_FAILURE_COLUMNS} FROM agent_run_failure WHERE run_id = :run_id ORDER BY id
 """)
 
 PURGE = statement("""
@@ -250,7 +312,7 @@ def _effective_band(band: str, due_at: str) -> str:
     )
 
 
-# The claim (ADRs/0013) is the function ``agent_claim`` (migrations/versions/0005): it folds the
+# The claim (ADRs/0017) is the function ``agent_claim`` (migrations/versions/0005): it folds the
 # lanes' ledger, ranks the heads of the first :limit lanes in claim order, leases the first
 # :limit it can lock (SKIP LOCKED) and moves their lanes on. It reads about :limit lanes and a
 # few heads per lane, whatever the number of workspaces, queued, leased or ended runs.
@@ -261,7 +323,8 @@ SELECT * FROM agent_claim(CAST(:now AS timestamptz), CAST(:aging AS interval), :
 _CLAIMED = f"""
 , claimed AS (
     UPDATE agent_run r SET state = 'leased', epoch = r.epoch + 1,
-                           leased_until = clock.now + r.lease, holder = :holder
+                           leased_until = clock.now + r.lease, holder = :holder,
+                           claimed_at = clock.now
     FROM picked, clock WHERE r.id = picked.id
     RETURNING {_R_COLUMNS}, picked.claim_band, picked.claim_load
 )

@@ -6,13 +6,14 @@ table), which an operator's ``status`` or a demo sampling a few times a second c
 
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 from agentruns.adapters.postgres.database import PostgresDatabase, fetch
 from agentruns.adapters.postgres.runs import run_from_row
 from agentruns.adapters.postgres.sql import HOLDS, NOW, RUN_COLUMNS, statement
 from agentruns.app.ports import BudgetHold, Transaction
-from agentruns.app.stats import RunCount, RunStats, RunStatus
+from agentruns.app.stats import ExpiredLeases, RunCount, RunStats, RunStatus
 from agentruns.domain.bands import Band
 from agentruns.domain.claim_order import SubjectKey
 from agentruns.domain.run import AgentRun
@@ -34,6 +35,17 @@ SELECT {NOW} AS now,
 """)
 
 STATUS_INACTIVE = statement("SELECT id FROM agent_workspace WHERE NOT active ORDER BY id")
+
+EXPIRED_BY_KIND = statement(f"""
+SELECT kind, count(*) AS leases, min(leased_until) AS oldest FROM agent_run
+WHERE state = 'leased' AND leased_until <= {NOW}
+GROUP BY kind ORDER BY kind
+""")
+
+ENDED_BEFORE = statement(f"""
+SELECT count(*) AS runs FROM agent_run
+WHERE state = 'ended' AND ended_at < {NOW} - CAST(:older_than AS interval)
+""")
 
 LIST_RUNS = statement(f"""
 SELECT {RUN_COLUMNS} FROM agent_run
@@ -81,6 +93,10 @@ class PostgresRunStats(RunStats):
             for row in await fetch(tx, HOLDS, self._params())
         )
         inactive = tuple(row["id"] for row in await fetch(tx, STATUS_INACTIVE, {}))
+        expired = tuple(
+            ExpiredLeases(row["kind"], int(row["leases"]), row["oldest"])
+            for row in await fetch(tx, EXPIRED_BY_KIND, self._params())
+        )
         return RunStatus(
             now=facts["now"],
             counts=counts,
@@ -88,7 +104,12 @@ class PostgresRunStats(RunStats):
             oldest_due_at=facts["oldest_due_at"],
             holds=holds,
             inactive=inactive,
+            expired_by_kind=expired,
         )
+
+    async def ended_before(self, tx: Transaction, older_than: timedelta) -> int:
+        rows = await fetch(tx, ENDED_BEFORE, self._params(older_than=older_than))
+        return int(rows[0]["runs"])
 
     async def runs(
         self,

@@ -74,5 +74,12 @@ def _demo_live(
             return asyncio.run(demo_in_memory(config, progress))
         with database(settings(), data_dir) as server_url:
             report, _ = demo_on_postgres(config, server_url, log_dir, progress)
-        err.print("agentruns: the demo's runs stay in the database agentruns_demo")
+        where = "" if data_dir is None else f" --data-dir {data_dir}"
+        err.print(
+            "agentruns: the demo's runs stay in the database agentruns_demo; look at them with\n"
+            f"  agentruns status --database agentruns_demo{where}\n"
+            f"  agentruns runs list --database agentruns_demo{where}\n"
+            f"  agentruns runs show RUN_ID --database agentruns_demo{where}",
+            markup=False,
+        )
         return report

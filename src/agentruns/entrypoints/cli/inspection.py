@@ -1,66 +1,164 @@
-"""Commands an operator inspects and steers with: ``status``, ``runs``, ``purge``."""
+"""Commands an operator inspects and steers with: ``status``, ``enqueue``, ``runs``, ``purge``."""
 
 from __future__ import annotations
 
 import asyncio
 import json
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
-from typing import Annotated
+from typing import Annotated, TypeVar
 from uuid import UUID
 
 import typer
 from rich.console import RenderableType
 
+from agentruns.app.runs import AgentRuns
 from agentruns.app.stats import RunStatus
+from agentruns.domain.bands import Band
+from agentruns.domain.errors import UnknownKind
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
 from agentruns.entrypoints import container as composition
 from agentruns.entrypoints.cli import render
-from agentruns.entrypoints.cli.root import DataDir, KindRefs, app, out, runs_app
+from agentruns.entrypoints.cli.root import DatabaseName, DataDir, KindRefs, app, out, runs_app
 from agentruns.entrypoints.cli.support import (
     CliError,
+    confirm,
     database,
+    duration,
+    err,
     guarded,
+    is_terminal,
     load_kinds,
-    parse_duration,
+    moment,
     postgres_container,
+    required_kinds,
     settings,
 )
 from agentruns.entrypoints.container import AgentRunsContainer
 
-# -- status, runs, purge --------------------------------------------------------------------
+T = TypeVar("T")
+
+AsJson = Annotated[bool, typer.Option("--json", help="One JSON object, for scripts and monitors.")]
+
+
+def _using(built: AgentRunsContainer, action: Callable[[AgentRunsContainer], Awaitable[T]]) -> T:
+    """Run ``action`` on the container's use cases and release the container after it."""
+
+    async def run() -> T:
+        try:
+            return await action(built)
+        finally:
+            await composition.close(built)
+
+    return asyncio.run(run())
+
+
+# -- status ---------------------------------------------------------------------------------
 
 
 @app.command()
 def status(
-    as_json: Annotated[
-        bool, typer.Option("--json", help="One JSON object, for scripts and monitors")
-    ] = False,
+    as_json: AsJson = False,
     data_dir: DataDir = None,
+    database_name: DatabaseName = None,
 ) -> None:
-    """Runs by state, band, workspace and end reason; expired leases; the oldest due run's
-    wait; budget holds."""
+    """Where the database is; runs by state, band, workspace and end reason; expired and
+    orphaned leases; the oldest due run's wait; budget holds."""
 
     def body() -> None:
         config = settings()
-        with database(config, data_dir) as url:
+        # A lease expired for three reaper ticks has no reaper that knows its kind.
+        orphan_after = config.lease_renewal * 3
+        with database(config, data_dir, database_name) as url:
             built = postgres_container(config, url)
-            report = asyncio.run(_status(built))
+            report = _using(built, _status)
+            where = composition.shown_url(url)
         if as_json:
-            print(json.dumps(render.status_fields(report), indent=2))
+            fields = {"database": where, **render.status_fields(report, orphan_after)}
+            print(json.dumps(fields, indent=2))
         else:
-            out.print(render.status(report))
+            print(f"database: {where}")
+            out.print(render.status(report, orphan_after))
 
     guarded(body)
 
 
 async def _status(built: AgentRunsContainer) -> RunStatus:
-    try:
-        async with built.stores().scope.transaction() as tx:
-            found: RunStatus = await built.run_stats().status(tx)
-            return found
-    finally:
-        await composition.close(built)
+    async with built.stores().scope.transaction() as tx:
+        found: RunStatus = await built.run_stats().status(tx)
+        return found
+
+
+# -- enqueue --------------------------------------------------------------------------------
+
+
+@app.command()
+def enqueue(
+    kind: Annotated[str, typer.Argument(help="The run kind (registered by --kinds).")],
+    kinds: KindRefs = None,
+    workspace: Annotated[str, typer.Option(help="The tenant the run belongs to.")] = "default",
+    subject: Annotated[
+        str | None,
+        typer.Option(
+            help="What the run works on; a subject's runs go one at a time, in order.",
+            show_default="KIND:the enqueue time (a subject of its own)",
+        ),
+    ] = None,
+    band: Annotated[str, typer.Option(help="interactive, batch or background.")] = "batch",
+    payload: Annotated[str, typer.Option(help="The run's input, a JSON object.")] = "{}",
+    due: Annotated[
+        str | None,
+        typer.Option(
+            help="Not before: a duration from now (10m) or an ISO 8601 time.", show_default="now"
+        ),
+    ] = None,
+    deadline: Annotated[
+        str | None,
+        typer.Option(
+            help="Give up after: a duration from now (2h) or an ISO 8601 time.",
+            show_default="the kind's deadline",
+        ),
+    ] = None,
+    data_dir: DataDir = None,
+    database_name: DatabaseName = None,
+) -> None:
+    """Queue a run; print its id (alone on stdout, for scripts)."""
+
+    def body() -> None:
+        config = settings()
+        registry = required_kinds(kinds)
+        if kind not in registry:
+            raise UnknownKind(kind)
+        try:
+            data = json.loads(payload)
+        except json.JSONDecodeError as exc:
+            raise CliError(f"--payload is not JSON: {exc}") from None
+        Band.parse(band)
+        with database(config, data_dir, database_name) as url:
+            built = postgres_container(config, url, registry)
+
+            async def action(built: AgentRunsContainer) -> AgentRun:
+                runs = built.runs()
+                async with runs.transaction() as tx:
+                    now = await runs.stores.runs.now(tx)
+                return await runs.enqueue(
+                    kind,
+                    workspace=workspace,
+                    subject=subject if subject is not None else f"{kind}:{now.timestamp():.6f}",
+                    band=band,
+                    payload=data,
+                    due_at=None if due is None else moment(due, "--due", now),
+                    deadline_at=None if deadline is None else moment(deadline, "--deadline", now),
+                )
+
+            run = _using(built, action)
+        print(run.id)
+
+    guarded(body)
+
+
+# -- runs -----------------------------------------------------------------------------------
 
 
 def _run_id(text: str) -> UUID:
@@ -71,31 +169,107 @@ def _run_id(text: str) -> UUID:
 
 
 @runs_app.command("show")
-def runs_show(run_id: str, data_dir: DataDir = None) -> None:
-    """A run, its epochs and its events."""
+def runs_show(
+    run_id: str,
+    as_json: AsJson = False,
+    data_dir: DataDir = None,
+    database_name: DatabaseName = None,
+) -> None:
+    """A run, its epochs, its events and its failed attempts (each with its error and
+    traceback)."""
 
     def body() -> None:
         config = settings()
         wanted = _run_id(run_id)
-        with database(config, data_dir) as url:
+        with database(config, data_dir, database_name) as url:
             built = postgres_container(config, url)
-            shown = asyncio.run(_show(built, wanted))
-        out.print(shown)
+            shown = _using(built, lambda built: _show(built.runs(), wanted, as_json))
+        if isinstance(shown, str):
+            print(shown)
+        else:
+            out.print(shown)
 
     guarded(body)
 
 
-async def _show(built: AgentRunsContainer, run_id: UUID) -> RenderableType:
-    try:
-        use_cases = built.runs()
-        run = await use_cases.get(run_id)
-        return render.run(run, await use_cases.events(run_id))
-    finally:
-        await composition.close(built)
+async def _show(runs: AgentRuns, run_id: UUID, as_json: bool) -> RenderableType:
+    run = await runs.get(run_id)
+    events = await runs.events(run_id)
+    failures = await runs.failures(run_id)
+    if as_json:
+        return json.dumps(render.run_fields(run, events, failures), indent=2)
+    return render.run(run, events, failures)
+
+
+@runs_app.command("list")
+def runs_list(
+    state: Annotated[
+        str | None, typer.Option(help="queued, leased or ended.", show_default="any")
+    ] = None,
+    reason: Annotated[
+        str | None,
+        typer.Option(
+            help="An end reason: completed, not_retryable, retries_exhausted, ...",
+            show_default="any",
+        ),
+    ] = None,
+    kind: Annotated[str | None, typer.Option(help="A run kind.", show_default="any")] = None,
+    workspace: Annotated[str | None, typer.Option(help="A workspace.", show_default="any")] = None,
+    subject: Annotated[
+        str | None, typer.Option(help="A subject (with --workspace).", show_default="any")
+    ] = None,
+    limit: Annotated[int, typer.Option(help="Runs per page (1 to 1000).")] = 50,
+    cursor: Annotated[
+        str | None,
+        typer.Option(
+            help="The next page: the cursor the previous page printed.",
+            show_default="the first page",
+        ),
+    ] = None,
+    as_json: AsJson = False,
+    data_dir: DataDir = None,
+    database_name: DatabaseName = None,
+) -> None:
+    """Runs newest first, filtered by state, end reason, kind, workspace and subject, a page at a
+    time; each with its last failure."""
+
+    def body() -> None:
+        config = settings()
+        with database(config, data_dir, database_name) as url:
+            built = postgres_container(config, url)
+            page = _using(
+                built,
+                lambda built: built.runs().list_runs(
+                    workspace=workspace,
+                    subject=subject,
+                    kind=kind,
+                    state=state,
+                    reason=reason,
+                    limit=limit,
+                    cursor=cursor,
+                ),
+            )
+        if as_json:
+            fields = {
+                "runs": [render.run_summary(run) for run in page.runs],
+                "next_cursor": page.next_cursor,
+            }
+            print(json.dumps(fields, indent=2))
+            return
+        out.print(render.run_list(page.runs))
+        if page.next_cursor is not None:
+            err.print(f"agentruns: more runs: add --cursor {page.next_cursor}", markup=False)
+
+    guarded(body)
 
 
 @runs_app.command("cancel")
-def runs_cancel(run_id: str, kinds: KindRefs = None, data_dir: DataDir = None) -> None:
+def runs_cancel(
+    run_id: str,
+    kinds: KindRefs = None,
+    data_dir: DataDir = None,
+    database_name: DatabaseName = None,
+) -> None:
     """End a queued or leased run CANCELLED now; its holder stops at its next step.
 
     A kind with a domain row of its own needs its --kinds, so that its row moves too."""
@@ -104,51 +278,98 @@ def runs_cancel(run_id: str, kinds: KindRefs = None, data_dir: DataDir = None) -
         config = settings()
         wanted = _run_id(run_id)
         registry = load_kinds(kinds or [])
-        with database(config, data_dir) as url:
+        with database(config, data_dir, database_name) as url:
             built = postgres_container(config, url, registry)
-            ended = asyncio.run(_cancel(built, wanted))
+            ended = _using(built, lambda built: _cancel(built.runs(), wanted))
         out.print(f"run {ended.id} cancelled at epoch {ended.epoch}")
 
     guarded(body)
 
 
-async def _cancel(built: AgentRunsContainer, run_id: UUID) -> AgentRun:
+async def _cancel(runs: AgentRuns, run_id: UUID) -> AgentRun:
+    run = await runs.get(run_id)
+    if run.state is AgentRunState.ENDED:
+        raise CliError(f"run {run_id} has already ended ({run.end_reason})")
     try:
-        use_cases = built.runs()
-        run = await use_cases.get(run_id)
-        if run.kind not in use_cases.kinds:
-            raise CliError(
-                f"run {run_id} is of kind {run.kind!r}: load it with --kinds module:object"
-            )
-        if run.state is AgentRunState.ENDED:
-            raise CliError(f"run {run_id} has already ended ({run.end_reason})")
-        return await use_cases.cancel(run_id)
-    finally:
-        await composition.close(built)
+        runs.handler_of(run)
+    except UnknownKind:
+        raise CliError(
+            f"run {run_id} is of kind {run.kind!r}, which keeps a domain row: load it with "
+            "--kinds module:object so its row moves too"
+        ) from None
+    return await runs.cancel(run_id)
+
+
+@runs_app.command("retry")
+def runs_retry(
+    run_id: str,
+    kinds: KindRefs = None,
+    data_dir: DataDir = None,
+    database_name: DatabaseName = None,
+) -> None:
+    """Put a dead-lettered (or failed) run back to work: a new run continues it with one more
+    attempt, refused once the kind's retry budget is spent. Prints the new run's id."""
+
+    def body() -> None:
+        config = settings()
+        wanted = _run_id(run_id)
+        registry = required_kinds(kinds)
+        with database(config, data_dir, database_name) as url:
+            built = postgres_container(config, url, registry)
+            retried = _using(built, lambda built: built.runs().retry(wanted))
+        print(retried.id)
+        err.print(
+            f"agentruns: run {wanted} continues as run {retried.id} "
+            f"(attempt {retried.attempt} of {registry.get(retried.kind).policy.retry_budget})",
+            markup=False,
+        )
+
+    guarded(body)
+
+
+# -- purge ----------------------------------------------------------------------------------
 
 
 @app.command()
 def purge(
     older_than: Annotated[
-        str, typer.Option(help="Delete runs that ended longer ago than this (7d, 12h, 30m)")
+        str, typer.Option(help="Delete runs that ended longer ago than this (7d, 12h, 30m).")
     ] = "7d",
+    dry_run: Annotated[
+        bool, typer.Option("--dry-run", help="Count what would be deleted; delete nothing.")
+    ] = False,
+    yes: Annotated[
+        bool, typer.Option("--yes", "-y", help="Do not ask first (a terminal is asked).")
+    ] = False,
     data_dir: DataDir = None,
+    database_name: DatabaseName = None,
 ) -> None:
-    """Delete ended runs (and their events) past the retention."""
+    """Delete ended runs (with their events and failure records) past the retention."""
 
     def body() -> None:
-        retention = parse_duration(older_than)
+        retention = duration(older_than, "--older-than")
         config = settings()
-        with database(config, data_dir) as url:
+        with database(config, data_dir, database_name) as url:
             built = postgres_container(config, url)
-            deleted = asyncio.run(_purge(built, retention))
+            ask = not dry_run and not yes and is_terminal()
+            if dry_run or ask:
+                count = _using(built, lambda built: _purgeable(built, retention))
+                if dry_run:
+                    out.print(f"would purge {count} runs that ended more than {older_than} ago")
+                    return
+                if count == 0:
+                    out.print(f"purged 0 runs: none ended more than {older_than} ago")
+                    return
+                if not confirm(f"Delete {count} runs that ended more than {older_than} ago?"):
+                    raise CliError("nothing purged")
+                built = postgres_container(config, url)
+            deleted = _using(built, lambda built: built.runs().purge(retention))
         out.print(f"purged {deleted} runs that ended more than {older_than} ago")
 
     guarded(body)
 
 
-async def _purge(built: AgentRunsContainer, retention: timedelta) -> int:
-    try:
-        return await built.runs().purge(retention)
-    finally:
-        await composition.close(built)
+async def _purgeable(built: AgentRunsContainer, retention: timedelta) -> int:
+    async with built.stores().scope.transaction() as tx:
+        count: int = await built.run_stats().ended_before(tx, retention)
+        return count

@@ -1,4 +1,4 @@
-"""Commands that run agentruns: ``db upgrade``/``db current``, ``worker``, ``reaper``."""
+"""Commands that run agentruns: ``db`` (schema, URL, embedded server), ``worker``, ``reaper``."""
 
 from __future__ import annotations
 
@@ -10,13 +10,25 @@ import typer
 
 from agentruns.app.metrics import sample_queue_depth
 from agentruns.entrypoints import container as composition
-from agentruns.entrypoints.cli.root import DataDir, KindRefs, SandboxesRef, app, db_app, out
+from agentruns.entrypoints.cli.root import (
+    DatabaseName,
+    DataDir,
+    KindRefs,
+    SandboxesRef,
+    app,
+    db_app,
+    out,
+)
 from agentruns.entrypoints.cli.schedules import start_scheduler
 from agentruns.entrypoints.cli.support import (
+    DEFAULT_DATA_DIR,
     CliError,
     database,
+    duration,
+    err,
     guarded,
     load_sandboxes,
+    port,
     postgres_container,
     required_kinds,
     settings,
@@ -30,11 +42,11 @@ log = logging.getLogger("agentruns.cli")
 
 
 @db_app.command("upgrade")
-def db_upgrade(data_dir: DataDir = None) -> None:
+def db_upgrade(data_dir: DataDir = None, database_name: DatabaseName = None) -> None:
     """Migrate the schema to the newest revision."""
 
     def body() -> None:
-        with database(settings(), data_dir) as url:
+        with database(settings(), data_dir, database_name) as url:
             head = composition.upgrade_database(url)
         out.print(f"database schema at revision {head} (newest)")
 
@@ -42,11 +54,11 @@ def db_upgrade(data_dir: DataDir = None) -> None:
 
 
 @db_app.command("current")
-def db_current(data_dir: DataDir = None) -> None:
+def db_current(data_dir: DataDir = None, database_name: DatabaseName = None) -> None:
     """Show the schema's revision and the newest one; exit 1 if it is behind."""
 
     def body() -> None:
-        with database(settings(), data_dir) as url:
+        with database(settings(), data_dir, database_name) as url:
             current, head = composition.database_revision(url)
         if current == head:
             out.print(f"database schema at revision {current} (newest)")
@@ -57,46 +69,153 @@ def db_current(data_dir: DataDir = None) -> None:
     guarded(body)
 
 
+@db_app.command("url")
+def db_url(data_dir: DataDir = None, database_name: DatabaseName = None) -> None:
+    """Print the database's URL (password hidden): AGENTRUNS_DATABASE_URL, or the embedded
+    server's, with whether it runs and who holds it."""
+
+    def body() -> None:
+        config = settings()
+        if config.database_url:
+            with database(config, data_dir, database_name) as url:
+                print(composition.shown_url(url))
+            return
+        folder = data_dir or DEFAULT_DATA_DIR
+        found = composition.embedded_status(folder)
+        if not found.running or found.url is None:
+            raise CliError(
+                f"the embedded PostgreSQL in {folder}/ is not running: `agentruns db start` "
+                "starts it and keeps it running until `agentruns db stop`"
+            )
+        url = (
+            found.url
+            if database_name is None
+            else composition.database_named(found.url, database_name)
+        )
+        print(url)
+        held = ", ".join(str(pid) for pid in found.holders) or "no agentruns process"
+        kept = (
+            "kept running until `agentruns db stop`"
+            if found.kept
+            else ("stops when the last agentruns process using it exits")
+        )
+        err.print(
+            f"agentruns: the embedded PostgreSQL in {folder}/ (pid {found.pid}) is held "
+            f"by {held}; it {kept}",
+            markup=False,
+        )
+
+    guarded(body)
+
+
+@db_app.command("start")
+def db_start(data_dir: DataDir = None) -> None:
+    """Start the embedded PostgreSQL (or join it) and keep it running after this command, until
+    `agentruns db stop`; print its URL. For psql, or any tool, beside the commands."""
+
+    def body() -> None:
+        if settings().database_url:
+            raise CliError("AGENTRUNS_DATABASE_URL is set: there is no embedded server to start")
+        folder = data_dir or DEFAULT_DATA_DIR
+        url = composition.keep_embedded(folder)
+        print(url)
+        err.print(
+            f"agentruns: the embedded PostgreSQL in {folder}/ runs until `agentruns db stop`",
+            markup=False,
+        )
+
+    guarded(body)
+
+
+@db_app.command("stop")
+def db_stop(
+    data_dir: DataDir = None,
+    force: Annotated[
+        bool, typer.Option("--force", help="Stop it even while agentruns processes use it.")
+    ] = False,
+) -> None:
+    """Stop the embedded PostgreSQL, whichever process started it."""
+
+    def body() -> None:
+        if settings().database_url:
+            raise CliError("AGENTRUNS_DATABASE_URL is set: there is no embedded server to stop")
+        folder = data_dir or DEFAULT_DATA_DIR
+        found = composition.embedded_status(folder)
+        if found.running and found.holders and not force:
+            held = ", ".join(str(pid) for pid in found.holders)
+            raise CliError(
+                f"the embedded PostgreSQL in {folder}/ is in use by process(es) {held}: stop "
+                "them first, or pass --force"
+            )
+        if composition.stop_embedded(folder):
+            out.print(f"stopped the embedded PostgreSQL in {folder}/")
+        else:
+            out.print(f"the embedded PostgreSQL in {folder}/ was not running")
+
+    guarded(body)
+
+
 # -- worker and reaper ----------------------------------------------------------------------
 
+MetricsPort = Annotated[
+    int | None,
+    typer.Option(help="Serve Prometheus metrics and /healthz on this port.", show_default="none"),
+]
+MetricsHost = Annotated[
+    str, typer.Option(help="Address the metrics port listens on (0.0.0.0: every interface).")
+]
 
-def _with_metrics(built: AgentRunsContainer, port: int | None) -> None:
-    if port is not None:
-        built.metrics_backend.override("prometheus")
-        composition.serve_metrics(built.metrics(), port)
+
+def _with_metrics(built: AgentRunsContainer, port: int | None, host: str) -> None:
+    if port is None:
+        return
+    try:
+        composition.serve_metrics(built, port, host)
+    except OSError as exc:
+        raise CliError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from exc
 
 
 @app.command()
 def worker(
     kinds: KindRefs = None,
     concurrency: Annotated[
-        int | None, typer.Option(min=1, help="Runs in flight at once [default: settings]")
+        int | None,
+        typer.Option(
+            help="Runs in flight at once.", show_default="AGENTRUNS_WORKER_CONCURRENCY, 8"
+        ),
     ] = None,
     holder: Annotated[
-        str | None, typer.Option(help="Holder name on leases [default: host:random]")
+        str | None, typer.Option(help="Holder name on leases.", show_default="host:random")
     ] = None,
-    metrics_port: Annotated[
-        int | None, typer.Option(help="Serve Prometheus metrics on this port")
-    ] = None,
+    drain: Annotated[
+        bool,
+        typer.Option("--drain", help="Exit once no run is due and none is in flight."),
+    ] = False,
+    metrics_port: MetricsPort = None,
+    metrics_host: MetricsHost = "127.0.0.1",
     data_dir: DataDir = None,
+    database_name: DatabaseName = None,
 ) -> None:
     """Claim and run the given kinds until SIGTERM or SIGINT, then stop gracefully."""
 
     def body() -> None:
         config = settings()
         registry = required_kinds(kinds)
+        port(metrics_port, "--metrics-port")
         if concurrency is not None:
+            if concurrency < 1:
+                raise CliError(f"--concurrency {concurrency}: a worker runs at least 1 run")
             # The settings size the connection pool for the worker's slots.
             config = config.model_copy(update={"worker_concurrency": concurrency})
-        with database(config, data_dir) as url:
+        with database(config, data_dir, database_name) as url:
             built = postgres_container(config, url, registry)
-            _with_metrics(built, metrics_port)
-            asyncio.run(_work(built, holder or default_holder()))
+            _with_metrics(built, metrics_port, metrics_host)
+            asyncio.run(_work(built, holder or default_holder(), drain))
 
     guarded(body)
 
 
-async def _work(built: AgentRunsContainer, holder: str) -> None:
+async def _work(built: AgentRunsContainer, holder: str, drain: bool) -> None:
     config = built.settings()
     running = built.worker(holder=holder)
     stop = asyncio.Event()
@@ -111,7 +230,7 @@ async def _work(built: AgentRunsContainer, holder: str) -> None:
     scheduling = None
     try:
         scheduling = await start_scheduler(built, "worker", stop)
-        await running.run(stop, grace=config.shutdown_grace.total_seconds())
+        await running.run(stop, grace=config.shutdown_grace.total_seconds(), drain=drain)
     finally:
         stop.set()
         await sampler
@@ -130,12 +249,16 @@ def reaper(
     kinds: KindRefs = None,
     sandboxes: SandboxesRef = None,
     every: Annotated[
-        float | None, typer.Option(help="Seconds between ticks [default: lease renewal]")
+        str | None,
+        typer.Option(
+            help="Time between ticks (10s, 500ms; plain numbers are seconds).",
+            show_default="AGENTRUNS_LEASE_RENEWAL, 10s",
+        ),
     ] = None,
-    metrics_port: Annotated[
-        int | None, typer.Option(help="Serve Prometheus metrics on this port")
-    ] = None,
+    metrics_port: MetricsPort = None,
+    metrics_host: MetricsHost = "127.0.0.1",
     data_dir: DataDir = None,
+    database_name: DatabaseName = None,
 ) -> None:
     """Take back expired leases and end overdue runs, every tick, until SIGTERM or SIGINT; with
     --sandboxes, take back and delete the host's idle, unstarted and expired sandboxes too."""
@@ -143,12 +266,15 @@ def reaper(
     def body() -> None:
         config = settings()
         registry = required_kinds(kinds)
+        port(metrics_port, "--metrics-port")
+        tick = config.lease_renewal if every is None else duration(every, "--every")
+        if tick.total_seconds() <= 0:
+            raise CliError(f"--every {every}: the reaper needs a time between ticks above 0")
         hosting = load_sandboxes(sandboxes, registry) if sandboxes is not None else None
-        with database(config, data_dir) as url:
+        with database(config, data_dir, database_name) as url:
             built = postgres_container(config, url, registry, hosting)
-            _with_metrics(built, metrics_port)
-            tick = every or config.lease_renewal.total_seconds()
-            asyncio.run(_reap(built, tick, sandboxes=hosting is not None))
+            _with_metrics(built, metrics_port, metrics_host)
+            asyncio.run(_reap(built, tick.total_seconds(), sandboxes=hosting is not None))
 
     guarded(body)
 

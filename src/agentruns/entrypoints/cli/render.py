@@ -1,9 +1,10 @@
-"""How the commands show runs: rich tables for ``status`` and ``runs show``."""
+"""How the commands show runs: rich tables for ``status``, ``runs show`` and ``runs list``, and
+the same as plain JSON values for ``--json``."""
 
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 from rich.console import Group, RenderableType
 from rich.table import Table
@@ -12,6 +13,7 @@ from rich.text import Text
 from agentruns.app.ports import RunEvent
 from agentruns.app.stats import RunStatus
 from agentruns.domain.bands import Band
+from agentruns.domain.failure_records import FailureRecord
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
 
@@ -29,7 +31,7 @@ def duration(value: timedelta | None) -> str:
     return f"{seconds / 86400:.1f}d"
 
 
-def status(report: RunStatus) -> RenderableType:
+def status(report: RunStatus, orphan_after: timedelta) -> RenderableType:
     by_band = Table(title="Runs by band", title_justify="left")
     by_band.add_column("band")
     for state in AgentRunState:
@@ -70,6 +72,18 @@ def status(report: RunStatus) -> RenderableType:
     facts.add_column("fact")
     facts.add_column("value")
     facts.add_row("expired leases (waiting for the reaper)", str(report.expired_leases))
+    orphaned = report.orphaned(orphan_after)
+    facts.add_row(
+        f"orphaned leases (expired over {duration(orphan_after)} ago)",
+        Text(
+            ", ".join(
+                f"{leases.kind}: {leases.count} (run a reaper whose --kinds registers it)"
+                for leases in orphaned
+            )
+            or "none",
+            style="yellow" if orphaned else "",
+        ),
+    )
     facts.add_row("oldest due run has waited", duration(report.oldest_due_age))
     facts.add_row(
         "budget holds",
@@ -85,9 +99,10 @@ def status(report: RunStatus) -> RenderableType:
     return Group(by_band, by_workspace, by_reason, facts)
 
 
-def status_fields(report: RunStatus) -> dict[str, object]:
+def status_fields(report: RunStatus, orphan_after: timedelta) -> dict[str, object]:
     """The status as plain JSON values."""
     age = report.oldest_due_age
+    orphaned = {leases.kind for leases in report.orphaned(orphan_after)}
     return {
         "now": report.now.isoformat(),
         "runs": [
@@ -101,6 +116,15 @@ def status_fields(report: RunStatus) -> dict[str, object]:
             for count in report.counts
         ],
         "expired_leases": report.expired_leases,
+        "expired_leases_by_kind": [
+            {
+                "kind": leases.kind,
+                "count": leases.count,
+                "oldest_leased_until": leases.oldest_leased_until.isoformat(),
+                "orphaned": leases.kind in orphaned,
+            }
+            for leases in report.expired_by_kind
+        ],
         "oldest_due_age_seconds": None if age is None else age.total_seconds(),
         "budget_holds": [
             {"workspace": hold.workspace, "until": hold.until.isoformat(), "reason": hold.reason}
@@ -110,7 +134,7 @@ def status_fields(report: RunStatus) -> dict[str, object]:
     }
 
 
-def run(shown: AgentRun, events: list[RunEvent]) -> RenderableType:
+def run(shown: AgentRun, events: list[RunEvent], failures: list[FailureRecord]) -> RenderableType:
     fields = Table(title=f"Run {shown.id}", title_justify="left", show_header=False)
     fields.add_column("field")
     fields.add_column("value")
@@ -130,6 +154,7 @@ def run(shown: AgentRun, events: list[RunEvent]) -> RenderableType:
         ("deadline at", shown.deadline_at.isoformat() if shown.deadline_at else "-"),
         ("ended at", shown.ended_at.isoformat() if shown.ended_at else "-"),
         ("continues", str(shown.continues or "-")),
+        ("last failure", _last_failure(shown)),
         ("payload", json.dumps(shown.payload)),
     ):
         fields.add_row(name, value)
@@ -162,4 +187,132 @@ def run(shown: AgentRun, events: list[RunEvent]) -> RenderableType:
             json.dumps(event.data),
             event.created_at.isoformat(),
         )
-    return Group(fields, epochs, listed)
+    parts: list[RenderableType] = [fields, epochs, listed]
+    if failures:
+        failed = Table(title="Failed attempts", title_justify="left")
+        for column in ("#", "epoch", "attempt", "class", "error", "holder", "at"):
+            failed.add_column(
+                column, justify="right" if column in ("#", "epoch", "attempt") else "left"
+            )
+        for number, failure in enumerate(failures, start=1):
+            failed.add_row(
+                str(number),
+                str(failure.epoch),
+                str(failure.attempt),
+                str(failure.failure_class),
+                f"{failure.error_type}: {failure.message}",
+                failure.holder or "-",
+                failure.recorded_at.isoformat(),
+            )
+        parts.append(failed)
+        for number, failure in enumerate(failures, start=1):
+            if failure.traceback:
+                parts.append(Text(f"Traceback of failed attempt {number} (epoch {failure.epoch}):"))
+                parts.append(Text(failure.traceback.rstrip()))
+    return Group(*parts)
+
+
+def _last_failure(shown: AgentRun) -> str:
+    failure = shown.last_failure
+    return "-" if failure is None else f"{failure} ({failure.failure_class})"
+
+
+def run_fields(
+    shown: AgentRun, events: list[RunEvent], failures: list[FailureRecord]
+) -> dict[str, object]:
+    """A run, its events and its failed attempts as plain JSON values."""
+    return {
+        **run_summary(shown),
+        "events": [
+            {
+                "seq": event.seq,
+                "epoch": event.epoch,
+                "type": event.type,
+                "data": event.data,
+                "at": event.created_at.isoformat(),
+            }
+            for event in events
+        ],
+        "failures": [failure_fields(failure) for failure in failures],
+    }
+
+
+def failure_fields(failure: FailureRecord) -> dict[str, object]:
+    return {
+        "epoch": failure.epoch,
+        "attempt": failure.attempt,
+        "holder": failure.holder,
+        "error_type": failure.error_type,
+        "message": failure.message,
+        "failure_class": str(failure.failure_class),
+        "traceback": failure.traceback,
+        "at": failure.recorded_at.isoformat(),
+    }
+
+
+def _time(value: datetime | None) -> str | None:
+    return None if value is None else value.isoformat()
+
+
+def run_summary(shown: AgentRun) -> dict[str, object]:
+    """A run's own fields as plain JSON values (its last failure included)."""
+    failure = shown.last_failure
+    return {
+        "id": str(shown.id),
+        "kind": shown.kind,
+        "workspace": shown.workspace,
+        "subject": shown.subject,
+        "band": shown.band.name.lower(),
+        "state": str(shown.state),
+        "end_reason": None if shown.end_reason is None else str(shown.end_reason),
+        "epoch": shown.epoch,
+        "attempt": shown.attempt,
+        "holder": shown.holder,
+        "enqueued_at": shown.enqueued_at.isoformat(),
+        "due_at": shown.due_at.isoformat(),
+        "leased_until": _time(shown.leased_until),
+        "deadline_at": _time(shown.deadline_at),
+        "ended_at": _time(shown.ended_at),
+        "continues": None if shown.continues is None else str(shown.continues),
+        "last_failure": None
+        if failure is None
+        else {
+            "error_type": failure.error_type,
+            "message": failure.message,
+            "failure_class": str(failure.failure_class),
+        },
+        "payload": shown.payload,
+    }
+
+
+def run_list(runs: list[AgentRun]) -> RenderableType:
+    """Runs as rows: what each is, where it stands, and why it last failed."""
+    if not runs:
+        return Text("no runs")
+    listed = Table(title="Runs (newest first)", title_justify="left")
+    for column in ("id", "kind", "workspace", "subject", "band", "state", "attempt", "enqueued"):
+        listed.add_column(column, justify="right" if column == "attempt" else "left")
+    listed.add_column("last failure")
+    for shown in runs:
+        state = str(shown.state) if shown.end_reason is None else f"ended: {shown.end_reason}"
+        listed.add_row(
+            str(shown.id),
+            shown.kind,
+            shown.workspace,
+            shown.subject,
+            shown.band.name.lower(),
+            state,
+            str(shown.attempt),
+            shown.enqueued_at.strftime("%Y-%m-%d %H:%M:%S"),
+            _short_failure(shown),
+        )
+    return listed
+
+
+def _short_failure(shown: AgentRun) -> str:
+    """The last failure with its type's own name only (``ProviderError``, not its module)."""
+    failure = shown.last_failure
+    if failure is None:
+        return "-"
+    name = failure.error_type.rsplit(".", 1)[-1]
+    return f"{name}: {failure.message}" if failure.message else name

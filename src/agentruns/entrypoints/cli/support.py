@@ -1,16 +1,16 @@
 """What every command needs: settings, the database, kinds and sandboxes from
-``module:object``, durations, and errors as one line."""
+``module:object``, durations, times and ports, confirmations, and errors as one line."""
 
 from __future__ import annotations
 
 import asyncio
 import importlib
-import re
+import os
 import signal
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import NoReturn, TypeVar
 
@@ -20,6 +20,7 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from agentruns.app.kinds import RunKind, RunKinds
+from agentruns.domain.durations import parse_duration
 from agentruns.domain.errors import AgentRunsError
 from agentruns.domain.schedule import Schedule
 from agentruns.entrypoints import container as composition
@@ -68,10 +69,13 @@ def settings() -> AgentRunsSettings:
 
 
 @contextmanager
-def database(config: AgentRunsSettings, data_dir: Path | None = None) -> Iterator[str]:
-    """The configured URL, or an embedded PostgreSQL in ``data_dir`` (and say so on stderr)."""
+def database(
+    config: AgentRunsSettings, data_dir: Path | None = None, name: str | None = None
+) -> Iterator[str]:
+    """The configured URL, or an embedded PostgreSQL in ``data_dir`` (and say so on stderr);
+    with ``name``, that database on the same server."""
     if config.database_url:
-        yield config.database_url
+        yield _named(config.database_url, name)
         return
     folder = data_dir or DEFAULT_DATA_DIR
     err.print(
@@ -79,7 +83,11 @@ def database(config: AgentRunsSettings, data_dir: Path | None = None) -> Iterato
         markup=False,
     )
     with composition.embedded_database(folder) as url:
-        yield url
+        yield _named(url, name)
+
+
+def _named(url: str, name: str | None) -> str:
+    return url if name is None else composition.database_named(url, name)
 
 
 def postgres_container(
@@ -130,17 +138,29 @@ def load_kinds(refs: Iterable[str]) -> RunKinds:
     return registry
 
 
+def importable_here() -> None:
+    """Put the current folder first on the import path, as ``python -m`` and uvicorn do, so
+    ``--kinds myapp.kinds:KINDS`` finds the project it is run from."""
+    here = os.getcwd()
+    if here not in sys.path and "" not in sys.path:
+        sys.path.insert(0, here)
+
+
 def _resolve(ref: str, option: str) -> object:
-    """The object ``module:object`` names (a dotted attribute path is followed)."""
+    """The object ``module:object`` names (a dotted attribute path is followed), imported from
+    the current folder too."""
     module_name, sep, attribute = ref.partition(":")
     if not sep or not module_name or not attribute:
         raise CliError(f"{option} takes module:object, not {ref!r}")
+    importable_here()
     try:
         module = importlib.import_module(module_name)
-    except (ImportError, ValueError, TypeError) as exc:
-        # A host object that refuses its own arguments at import (a SandboxHosting without a
-        # key) is an operator's fix too: one line, like a module that is missing.
-        raise CliError(f"cannot import {module_name!r} for {option} {ref}: {exc}") from exc
+    except Exception as exc:
+        # A module that is missing, does not compile, or whose import raises (a SandboxHosting
+        # that refuses its own arguments) is an operator's fix: one line that names the error.
+        raise CliError(
+            f"cannot import {module_name!r} for {option} {ref}: {type(exc).__name__}: {exc}"
+        ) from exc
     found: object = module
     for part in attribute.split("."):
         try:
@@ -188,17 +208,44 @@ def load_sandboxes(ref: str, kinds: RunKinds) -> SandboxHosting:
     return found
 
 
-_DURATION = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*([smhdw]?)\s*$")
-_UNIT_SECONDS = {"": 1, "s": 1, "m": 60, "h": 3600, "d": 86400, "w": 604800}
+def duration(text: str, option: str) -> timedelta:
+    """``text`` as a duration (the settings' parser), or one line naming the option."""
+    try:
+        return parse_duration(text)
+    except AgentRunsError as exc:
+        raise CliError(f"{option}: {exc}") from None
 
 
-def parse_duration(text: str) -> timedelta:
-    """``7d``, ``12h``, ``30m``, ``45s``, ``2w`` or plain seconds."""
-    match = _DURATION.match(text.lower())
-    if match is None:
-        raise typer.BadParameter(f"{text!r} is not a duration like 7d, 12h, 30m or 45s")
-    return timedelta(seconds=float(match.group(1)) * _UNIT_SECONDS[match.group(2)])
+def moment(text: str, option: str, now: datetime) -> datetime:
+    """A time given as a duration from ``now`` (``10m``) or as an ISO 8601 time with its zone
+    (``2026-05-01T09:00:00+00:00``; a ``Z`` works too)."""
+    try:
+        return now + parse_duration(text)
+    except AgentRunsError:
+        pass
+    try:
+        found = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
+    except ValueError:
+        raise CliError(
+            f"{option}: {text!r} is neither a duration from now (10m, 2h) nor an ISO 8601 time"
+        ) from None
+    if found.tzinfo is None:
+        raise CliError(f"{option}: {text!r} has no time zone (add +00:00 or Z)")
+    return found.astimezone(UTC)
+
+
+def port(value: int | None, option: str) -> int | None:
+    """A TCP port (0 picks a free one), or one line saying it is none."""
+    if value is not None and not 0 <= value <= 65535:
+        raise CliError(f"{option} {value} is not a port: choose 0 to 65535")
+    return value
 
 
 def is_terminal() -> bool:
-    return sys.stdout.isatty()
+    return sys.stdin.isatty() and sys.stdout.isatty()
+
+
+def confirm(question: str) -> bool:
+    """Ask on a terminal; ``False`` unless the answer is yes."""
+    answer = typer.prompt(f"{question} [y/N]", default="", show_default=False)
+    return answer.strip().lower() in ("y", "yes")

@@ -1,0 +1,237 @@
+"""The commands an operator steers with: enqueue, a draining worker, runs show with its failed
+attempts, runs retry, purge with --dry-run and a confirmation, postgres:// URLs, --database,
+--version and help that shows every default."""
+
+from __future__ import annotations
+
+import json
+from uuid import UUID
+
+import pytest
+from typer.testing import CliRunner, Result
+
+from agentruns.entrypoints.cli import app, inspection
+
+KINDS = "agentruns.entrypoints.demo.kinds:KINDS"
+REVIEW = "agent.review"
+
+
+def invoke(url: str, *args: str, input: str | None = None) -> Result:
+    return CliRunner().invoke(
+        app,
+        list(args),
+        env={"AGENTRUNS_DATABASE_URL": url, "AGENTRUNS_POLL_INTERVAL": "0.1", "COLUMNS": "200"},
+        input=input,
+    )
+
+
+def ok(result: Result) -> str:
+    assert result.exit_code == 0, result.output
+    return result.stdout
+
+
+def enqueue(url: str, *args: str) -> UUID:
+    return UUID(ok(invoke(url, "enqueue", REVIEW, "--kinds", KINDS, *args)).strip())
+
+
+def shown(url: str, run_id: UUID) -> dict[str, object]:
+    found: dict[str, object] = json.loads(ok(invoke(url, "runs", "show", str(run_id), "--json")))
+    return found
+
+
+def test_enqueue_prints_the_run_id_and_takes_every_field(postgres_url: str) -> None:
+    run_id = enqueue(
+        postgres_url,
+        "--workspace",
+        "acme",
+        "--subject",
+        "pr:7",
+        "--band",
+        "interactive",
+        "--payload",
+        '{"steps": 1}',
+        "--due",
+        "1h",
+        "--deadline",
+        "2099-01-01T00:00:00Z",
+    )
+    run = shown(postgres_url, run_id)
+    assert (run["kind"], run["workspace"], run["subject"], run["band"]) == (
+        REVIEW,
+        "acme",
+        "pr:7",
+        "interactive",
+    )
+    assert run["payload"] == {"steps": 1}
+    assert run["state"] == "queued"
+    assert run["deadline_at"] == "2099-01-01T00:00:00+00:00"
+    assert run["due_at"] > run["enqueued_at"]  # type: ignore[operator]
+
+
+def test_a_failed_run_shows_its_error_and_traceback_and_a_retry_goes_on(postgres_url: str) -> None:
+    """A 401 is not retryable: dead-lettered on its first attempt, with its record; `runs retry`
+    continues it (one more attempt), and the continuation runs again."""
+    failing = enqueue(postgres_url, "--subject", "pr:1", "--payload", '{"steps": 1, "fail": 401}')
+    ok(invoke(postgres_url, "worker", "--kinds", KINDS, "--drain"))
+    run = shown(postgres_url, failing)
+    assert run["end_reason"] == "not_retryable"
+    assert run["last_failure"] == {
+        "error_type": "agentruns.domain.failures.ProviderError",
+        "message": "provider answered 401",
+        "failure_class": "auth",
+    }
+    [failure] = run["failures"]  # type: ignore[misc]
+    assert failure["epoch"] == 1
+    assert failure["attempt"] == 0
+    assert "in scripted_steps" in failure["traceback"]
+
+    table = ok(invoke(postgres_url, "runs", "show", str(failing)))
+    for fragment in ("Failed attempts", "ProviderError: provider answered 401", "Traceback"):
+        assert fragment in table
+
+    retry = invoke(postgres_url, "runs", "retry", str(failing), "--kinds", KINDS)
+    retried = UUID(ok(retry).strip())
+    again = shown(postgres_url, retried)
+    assert (again["continues"], again["attempt"], again["state"]) == (str(failing), 1, "queued")
+    ok(invoke(postgres_url, "worker", "--kinds", KINDS, "--drain"))
+    assert shown(postgres_url, retried)["end_reason"] == "not_retryable"
+    twice = invoke(postgres_url, "runs", "retry", str(failing), "--kinds", KINDS)
+    assert twice.exit_code == 1
+    assert f"already continued by run {retried}" in twice.stderr
+    completed = enqueue(postgres_url, "--subject", "pr:2", "--payload", '{"steps": 1}')
+    ok(invoke(postgres_url, "worker", "--kinds", KINDS, "--drain"))
+    not_failed = invoke(postgres_url, "runs", "retry", str(completed), "--kinds", KINDS)
+    assert not_failed.exit_code == 1
+    assert "only failed or dead-lettered runs are retried" in not_failed.stderr
+
+
+def test_purge_counts_with_dry_run_and_asks_on_a_terminal(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    kept = enqueue(postgres_url, "--subject", "a")
+    gone = enqueue(postgres_url, "--subject", "b")
+    ok(invoke(postgres_url, "runs", "cancel", str(gone)))
+    dry = invoke(postgres_url, "purge", "--older-than", "0", "--dry-run")
+    assert "would purge 1 runs" in ok(dry)
+    assert shown(postgres_url, gone)["state"] == "ended"
+
+    monkeypatch.setattr(inspection, "is_terminal", lambda: True)
+    declined = invoke(postgres_url, "purge", "--older-than", "0", input="n\n")
+    assert declined.exit_code == 1
+    assert "Delete 1 runs" in declined.stdout
+    assert "nothing purged" in declined.stderr
+    assert shown(postgres_url, gone)["state"] == "ended"
+    accepted = invoke(postgres_url, "purge", "--older-than", "0", input="y\n")
+    assert "purged 1 runs" in ok(accepted)
+    assert invoke(postgres_url, "runs", "show", str(gone)).exit_code == 1
+    assert shown(postgres_url, kept)["state"] == "queued"
+
+
+def test_purge_without_a_terminal_or_with_yes_does_not_ask(postgres_url: str) -> None:
+    gone = enqueue(postgres_url, "--subject", "b")
+    ok(invoke(postgres_url, "runs", "cancel", str(gone)))
+    assert "purged 1 runs" in ok(invoke(postgres_url, "purge", "--older-than", "0", "--yes"))
+
+
+def test_a_postgres_scheme_url_is_accepted(postgres_url: str) -> None:
+    url = postgres_url.replace("postgresql://", "postgres://", 1)
+    assert "(newest)" in ok(invoke(url, "db", "current"))
+    run_id = enqueue(url, "--subject", "s")
+    assert shown(url, run_id)["state"] == "queued"
+
+
+def test_status_and_db_url_say_where_the_database_is(postgres_url: str) -> None:
+    status = ok(invoke(postgres_url, "status"))
+    assert status.startswith("database: postgresql")
+    fields = json.loads(ok(invoke(postgres_url, "status", "--json")))
+    assert fields["database"].startswith("postgresql")
+    assert fields["expired_leases_by_kind"] == []
+    assert ok(invoke(postgres_url, "db", "url")).strip() == fields["database"]
+
+
+def test_another_database_on_the_server_is_inspected_with_database(
+    postgres_url: str, postgres_server: str
+) -> None:
+    """As the demo's agentruns_demo is: --database names it on the same server."""
+    from sqlalchemy import make_url
+
+    name = make_url(postgres_url).database
+    assert name is not None
+    run_id = enqueue(postgres_url, "--subject", "s")
+    other = invoke(postgres_server, "runs", "show", str(run_id), "--database", name, "--json")
+    assert json.loads(ok(other))["id"] == str(run_id)
+
+
+def test_version_and_help_that_shows_every_default() -> None:
+    runner = CliRunner()
+    version = runner.invoke(app, ["--version"])
+    assert version.exit_code == 0
+    assert version.stdout.startswith("agentruns 0.")
+    commands = [
+        ["status"],
+        ["enqueue"],
+        ["worker"],
+        ["reaper"],
+        ["gateway"],
+        ["purge"],
+        ["demo"],
+        ["db", "upgrade"],
+        ["db", "url"],
+        ["db", "stop"],
+        ["runs", "show"],
+        ["runs", "cancel"],
+        ["runs", "retry"],
+    ]
+    for command in commands:
+        shown = runner.invoke(app, [*command, "--help"], env={"COLUMNS": "400"})
+        assert shown.exit_code == 0, shown.output
+        rows = [line for line in shown.stdout.splitlines() if line.startswith("│ --")]
+        assert rows, shown.stdout
+        for row in rows:
+            if "--help" in row or "<bool>" in row:
+                continue  # a flag is off unless given
+            assert "[default: " in row, f"{' '.join(command)}: {row}"
+
+
+def test_runs_list_filters_pages_and_shows_the_last_failure(postgres_url: str) -> None:
+    first = enqueue(postgres_url, "--subject", "pr:1", "--payload", '{"steps": 1, "fail": 401}')
+    enqueue(postgres_url, "--subject", "pr:2", "--payload", '{"steps": 1}')
+    ok(invoke(postgres_url, "worker", "--kinds", KINDS, "--drain"))
+    third = enqueue(postgres_url, "--subject", "pr:3", "--workspace", "other")
+
+    everything = json.loads(ok(invoke(postgres_url, "runs", "list", "--json")))
+    assert [run["subject"] for run in everything["runs"]] == ["pr:3", "pr:2", "pr:1"]
+    assert everything["next_cursor"] is None
+
+    failed = json.loads(
+        ok(invoke(postgres_url, "runs", "list", "--reason", "not_retryable", "--json"))
+    )
+    [dead] = failed["runs"]
+    assert dead["id"] == str(first)
+    assert dead["last_failure"]["message"] == "provider answered 401"
+    table = ok(invoke(postgres_url, "runs", "list", "--reason", "not_retryable"))
+    assert "provider answered 401" in table
+    assert "ended: not_retryable" in table
+
+    queued = json.loads(ok(invoke(postgres_url, "runs", "list", "--state", "queued", "--json")))
+    assert [run["id"] for run in queued["runs"]] == [str(third)]
+    assert json.loads(
+        ok(invoke(postgres_url, "runs", "list", "--workspace", "other", "--kind", REVIEW, "--json"))
+    )["runs"][0]["id"] == str(third)
+
+    page = invoke(postgres_url, "runs", "list", "--limit", "2", "--json")
+    first_page = json.loads(ok(page))
+    assert [run["subject"] for run in first_page["runs"]] == ["pr:3", "pr:2"]
+    rest = invoke(
+        postgres_url,
+        "runs",
+        "list",
+        "--limit",
+        "2",
+        "--cursor",
+        first_page["next_cursor"],
+        "--json",
+    )
+    assert [run["subject"] for run in json.loads(ok(rest))["runs"]] == ["pr:1"]
+    shown_page = invoke(postgres_url, "runs", "list", "--limit", "2")
+    assert f"--cursor {first_page['next_cursor']}" in shown_page.stderr
