@@ -1,7 +1,7 @@
 """The claim at scale: head runs, workspace lanes in claim order, and a ledger (ADRs/0017).
 
 Revision ID: 0005_claim_lanes
-Revises: 0007_schedules
+Revises: 0004_fence_guards
 
 A subject's head is now a flag on its run (``head``): the subject's leased run, or else its
 first queued run. ``uq_agent_run_head`` allows one head per (workspace, subject), and a leased
@@ -32,7 +32,7 @@ from types import ModuleType
 from alembic import op
 
 revision = "0005_claim_lanes"
-down_revision = "0007_schedules"
+down_revision = "0004_fence_guards"
 branch_labels = None
 depends_on = None
 
@@ -429,38 +429,28 @@ END
 $$;
 """
 
-# The state table, plus the one same-state move a queued run makes: becoming its subject's head.
-GUARD = """
-CREATE OR REPLACE FUNCTION guard_agent_run() RETURNS trigger LANGUAGE plpgsql AS $$
-BEGIN
-    IF TG_OP = 'INSERT' THEN
-        IF NEW.state <> 'queued' THEN
-            RAISE EXCEPTION 'agent_run %: a run is inserted queued, not %', NEW.id, NEW.state
-                USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run';
-        END IF;
-        RETURN NEW;
-    END IF;
-    IF NEW.id IS DISTINCT FROM OLD.id OR NEW.kind IS DISTINCT FROM OLD.kind
-            OR NEW.workspace IS DISTINCT FROM OLD.workspace
-            OR NEW.subject IS DISTINCT FROM OLD.subject THEN
-        RAISE EXCEPTION 'agent_run %: a run never changes its identity', OLD.id
-            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run';
-    END IF;
-    IF NOT ((OLD.state = 'queued' AND NEW.state IN ('leased', 'ended'))
-            OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NOT OLD.head AND NEW.head)
-            OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended'))) THEN
-        RAISE EXCEPTION 'agent_run %: illegal transition % -> %', OLD.id, OLD.state, NEW.state
-            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run';
-    END IF;
-    IF NEW.epoch < OLD.epoch THEN
-        RAISE EXCEPTION 'agent_run %: the epoch never goes back (% -> %)',
-            OLD.id, OLD.epoch, NEW.epoch
-            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run';
-    END IF;
-    RETURN NEW;
-END
-$$;
-"""
+# 0004's guard, plus the one same-state move a queued run makes: becoming its subject's head.
+def _guard() -> str:
+    fenced = _revision("0004_fence_guards.py").GUARD
+    legal = """        AND ((OLD.state = 'queued' AND NEW.state IN ('leased', 'ended'))
+             OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended')))"""
+    assert fenced.count(legal) == 1, "0004's guard changed: make the head move legal again"
+    fenced = fenced.replace(
+        legal,
+        """        AND ((OLD.state = 'queued' AND NEW.state IN ('leased', 'ended'))
+             OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NEW.head AND NOT OLD.head)
+             OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended')))""",
+    )
+    refused = """    IF NOT ((OLD.state = 'queued' AND NEW.state IN ('leased', 'ended'))
+            OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended'))) THEN"""
+    assert fenced.count(refused) == 1, "0004's guard changed: make the head move legal again"
+    return fenced.replace(
+        refused,
+        """    IF NOT ((OLD.state = 'queued' AND NEW.state IN ('leased', 'ended'))
+            OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NEW.head AND NOT OLD.head)
+            OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended'))) THEN""",
+    )
+
 
 DROP_NEW = """
 DROP FUNCTION agent_claim(timestamptz, interval, text, integer);
@@ -514,15 +504,14 @@ def _revision(name: str) -> ModuleType:
 
 
 def upgrade() -> None:
-    for block in (HEADS, LANES, FOLD, ENQUEUED, MOVED, PROMOTE, GUARD, CLAIM):
+    for block in (HEADS, LANES, FOLD, ENQUEUED, MOVED, PROMOTE, _guard(), CLAIM):
         op.execute(block)
     op.execute("SELECT agent_lane_fold()")
 
 
 def downgrade() -> None:
     op.execute(DROP_NEW)
-    first = _revision("0001_runs.py").GUARD.split("CREATE TRIGGER", 1)[0]
-    op.execute(first.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1))
+    op.execute(_revision("0004_fence_guards.py").GUARD)
     # 0003's subject table, filled from the runs, and its bookkeeping trigger.
     scoped = _revision("0003_workspace_subjects.py")
     op.execute(scoped.SUBJECTS.replace("DROP TABLE agent_subject;", "", 1))

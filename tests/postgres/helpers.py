@@ -16,8 +16,10 @@ INSERT INTO agent_run (id, kind, workspace, subject, band, payload, state, epoch
 VALUES (%s, %s, %s, %s, %s, %s, 'queued', %s, %s, %s, %s, %s, %s, %s)
 """
 
+# A claim takes the next epoch (guard_agent_run_epoch): a leased run goes in one epoch earlier.
 LEASE = """
-UPDATE agent_run SET state = 'leased', leased_until = %s, holder = %s WHERE id = %s
+UPDATE agent_run SET state = 'leased', epoch = epoch + 1, leased_until = %s, holder = %s
+WHERE id = %s
 """
 
 END = """
@@ -53,7 +55,7 @@ def write_runs(
                     run.subject,
                     int(run.band),
                     json.dumps(run.payload),
-                    run.epoch,
+                    run.epoch - 1 if run.state is AgentRunState.LEASED else run.epoch,
                     run.attempt,
                     run.seq,
                     run.enqueued_at,

@@ -2,7 +2,8 @@
 
 from __future__ import annotations
 
-from datetime import timedelta
+from dataclasses import replace
+from datetime import datetime, timedelta, timezone
 from uuid import uuid4
 
 import psycopg
@@ -16,7 +17,7 @@ from agentruns.adapters.postgres import (
 from agentruns.adapters.postgres.database import execute
 from agentruns.app.ports import ClaimRequest, NewRun
 from agentruns.domain.bands import Band
-from agentruns.domain.errors import IllegalTransition, StoreUnavailable
+from agentruns.domain.errors import IllegalTransition, InvalidRequest, StoreUnavailable
 from examples.review import PostgresReviewJobs, ReviewJob, ReviewStatus
 
 
@@ -126,5 +127,36 @@ async def test_a_deadlock_is_a_transaction_conflict(postgres_url: str) -> None:
         conflicts = [r for r in results if isinstance(r, TransactionConflict)]
         assert len(conflicts) == 1
         assert [r for r in results if r is not None and r not in conflicts] == []
+    finally:
+        await close_postgres_stores(stores)
+
+
+@pytest.mark.parametrize(
+    "new",
+    [
+        replace(_new_run(), subject="pr\x00:1"),
+        replace(_new_run(), workspace="acme\ud800"),
+        replace(_new_run(), payload={"x": "\x00"}),
+        replace(_new_run(), payload={"x": 10**5000}),
+        replace(
+            _new_run(), due_at=datetime(9999, 12, 31, 23, tzinfo=timezone(-timedelta(hours=5)))
+        ),
+    ],
+    ids=["nul-text", "lone-surrogate", "nul-in-jsonb", "5000-digits", "year-10000"],
+)
+async def test_a_value_postgres_cannot_take_is_an_invalid_request(
+    postgres_url: str, new: NewRun
+) -> None:
+    """Below the use cases' own checks, a driver DataError (or the driver refusing to encode a
+    value) is the request's fault, not an outage: InvalidRequest, never StoreUnavailable, and the
+    transaction writes nothing."""
+    stores = make_postgres_stores(postgres_url)
+    try:
+        with pytest.raises(InvalidRequest) as raised:
+            async with stores.scope.transaction() as tx:
+                await stores.runs.insert(tx, new)
+        assert not isinstance(raised.value, StoreUnavailable)
+        async with stores.scope.transaction() as tx:
+            assert await stores.runs.get(tx, new.id) is None
     finally:
         await close_postgres_stores(stores)

@@ -124,7 +124,10 @@ def test_a_database_that_used_review_jobs_keeps_them_and_their_check(empty_url: 
     with psycopg.connect(empty_url, autocommit=True) as db:
         assert db.execute("SELECT status FROM review_job").fetchall() == [("queued",)]
         with pytest.raises(psycopg.errors.CheckViolation, match="review job"):
-            db.execute("UPDATE agent_run SET state = 'ended', end_reason = 'cancelled'")
+            # A legal end (guard_agent_run lets it through) that leaves its job queued.
+            db.execute(
+                "UPDATE agent_run SET state = 'ended', end_reason = 'cancelled', ended_at = now()"
+            )
 
 
 def test_a_database_that_never_used_review_jobs_loses_the_empty_table(empty_url: str) -> None:

@@ -18,7 +18,7 @@ LEASE = "UPDATE agent_run SET state = 'leased', epoch = epoch + 1, "
 LEASE += "leased_until = now() + interval '30 seconds', holder = 'w' WHERE id = %s"
 END = "UPDATE agent_run SET state = 'ended', end_reason = 'completed', ended_at = now(), "
 END += "leased_until = NULL WHERE id = %s"
-REQUEUE = "UPDATE agent_run SET state = 'queued', leased_until = NULL WHERE id = %s"
+REQUEUE = "UPDATE agent_run SET state = 'queued', leased_until = NULL, holder = NULL WHERE id = %s"
 
 
 @pytest.fixture
@@ -86,7 +86,7 @@ def test_a_run_never_changes_its_identity(
 def test_the_epoch_never_goes_back(db: psycopg.Connection[tuple[object, ...]]) -> None:
     run_id = _run(db, "leased")
     sql = "UPDATE agent_run SET epoch = epoch - 1 WHERE id = %s"
-    assert _refused(db, sql, run_id) == "guard_agent_run"
+    assert _refused(db, sql, run_id) == "guard_agent_run_epoch"
 
 
 def test_a_run_is_inserted_queued(db: psycopg.Connection[tuple[object, ...]]) -> None:

@@ -57,5 +57,8 @@ def test_a_sandbox_kind_checks_itself() -> None:
         AgentSandboxKind("k", runs=(), warm_pool="")
     with pytest.raises(ValueError, match="lifetime"):
         AgentSandboxKind("k", runs=(), warm_pool="p", lifetime=timedelta(0))
+    # Shutdowns are whole seconds: a shorter life could round to a shutdown before the request.
+    with pytest.raises(ValueError, match="lifetime"):
+        AgentSandboxKind("k", runs=(), warm_pool="p", lifetime=timedelta(milliseconds=999))
     with pytest.raises(ValueError, match="policy"):
         AgentSandboxKind("k", runs=(), warm_pool="p", shutdown_policy="Keep")

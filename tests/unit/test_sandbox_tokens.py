@@ -201,3 +201,55 @@ def test_signing_keys_refuse_short_secrets_and_bad_lives() -> None:
         SigningKey("k", SECRET_A, not_before=EPOCH, not_after=EPOCH)
     with pytest.raises(ValueError, match="twice"):
         JwtSandboxTokens([KEY_A, KEY_A], ManualClock(EPOCH))
+
+
+def _signed(**claims: object) -> str:
+    return jwt.encode(_claims(**claims), SECRET_A, algorithm="HS256", headers={"kid": "a"})
+
+
+@pytest.mark.parametrize(
+    "exp",
+    [10**20, 2**63, 10**400, 253402300800, -1, 1.5, True, "1893456000", None],
+    ids=["1e20", "2**63", "1e400", "year-10000", "negative", "float", "bool", "string", "null"],
+)
+def test_a_signed_token_with_an_unusable_expiry_is_invalid_not_an_error(
+    tokens: JwtSandboxTokens, exp: object
+) -> None:
+    """Even under our own signature, an expiry no datetime holds refuses the token (401)."""
+    with pytest.raises(InvalidToken):
+        tokens.verify(_signed(exp=exp))
+
+
+def test_not_before_is_checked_on_the_injected_clock(clock: ManualClock) -> None:
+    """``nbf`` is read on the clock agentruns was given, in both directions: a token whose nbf
+    the system clock passed long ago is refused while the injected clock is before it, and one
+    whose nbf is far in the system clock's future is good once the injected clock reaches it."""
+    key = SigningKey("n", SECRET_A, not_after=EPOCH.replace(year=2200))
+    tokens = JwtSandboxTokens([key], clock)
+
+    def signed(nbf: int, exp: int) -> str:
+        return jwt.encode(
+            _claims(nbf=nbf, exp=exp), SECRET_A, algorithm="HS256", headers={"kid": "n"}
+        )
+
+    soon = int((EPOCH + timedelta(hours=1)).timestamp())
+    early = signed(nbf=soon, exp=soon + 3600)
+    with pytest.raises(InvalidToken):
+        tokens.verify(early)
+    clock.set(EPOCH + timedelta(hours=1))
+    assert tokens.verify(early).sandbox_id == SANDBOX.id
+
+    far = int(EPOCH.replace(year=2150).timestamp())
+    late = signed(nbf=far, exp=far + 3600)
+    with pytest.raises(InvalidToken):
+        tokens.verify(late)
+    clock.set(EPOCH.replace(year=2150))
+    assert tokens.verify(late).sandbox_id == SANDBOX.id
+
+
+@pytest.mark.parametrize("nbf", [10**20, -5, 1.5, "soon", [1]], ids=str)
+def test_an_unusable_not_before_is_invalid_not_an_error(
+    tokens: JwtSandboxTokens, nbf: object
+) -> None:
+    with pytest.raises(InvalidToken):
+        tokens.verify(_signed(nbf=nbf))

@@ -6,8 +6,10 @@ signed it. Each key has an id (``kid`` in the token's header) so keys rotate: to
 with the newest usable key and verified with whichever known key signed them, while that key is
 still alive. Only HS256 is accepted, whatever the header claims (so never ``alg=none``).
 
-Expiry is checked against the injected :class:`~agentruns.app.ports.Clock`, not PyJWT's own
-reading of the system clock, so tests move time by hand.
+Every time claim (``exp``, and ``nbf`` when a token carries one) is checked against the injected
+:class:`~agentruns.app.ports.Clock`, never PyJWT's own reading of the system clock, so tests move
+time by hand; a time that is not a whole number of seconds within the years 1970 to 9999 makes the
+token invalid, not the gateway fail.
 """
 
 from __future__ import annotations
@@ -30,6 +32,8 @@ ISSUER = "agentruns"
 AUDIENCE = "agentruns-gateway"
 MIN_SECRET_BYTES = 32
 _REQUIRED = ["exp", "iat", "iss", "aud", "sub", "sid", "ws"]
+# The latest time a claim may name: 9999-12-31T23:59:59Z, the last second a datetime holds.
+_LATEST = 253402300799
 
 
 @dataclass(frozen=True, slots=True)
@@ -121,20 +125,34 @@ class JwtSandboxTokens(SandboxTokens):
                 audience=AUDIENCE,
                 issuer=ISSUER,
                 # Times are checked below on the injected clock; the signature is checked here.
-                options={"require": _REQUIRED, "verify_exp": False, "verify_iat": False},
+                options={
+                    "require": _REQUIRED,
+                    "verify_exp": False,
+                    "verify_iat": False,
+                    "verify_nbf": False,
+                },
             )
         except jwt.PyJWTError as exc:
             raise InvalidToken("bad token") from exc
         return _identity(claims, now)
 
 
-def _identity(claims: dict[str, Any], now: datetime) -> SandboxIdentity:
-    exp, sid, workspace, subject = claims["exp"], claims["sid"], claims["ws"], claims["sub"]
-    if not isinstance(exp, int) or not all(isinstance(v, str) for v in (sid, workspace, subject)):
+def _seconds(value: object) -> datetime:
+    """A JWT time (whole seconds since 1970) as a datetime; anything else is a bad token."""
+    if not isinstance(value, int) or isinstance(value, bool) or not 0 <= value <= _LATEST:
         raise InvalidToken("bad token")
-    expires_at = datetime.fromtimestamp(exp, UTC)
+    return datetime.fromtimestamp(value, UTC)
+
+
+def _identity(claims: dict[str, Any], now: datetime) -> SandboxIdentity:
+    sid, workspace, subject = claims["sid"], claims["ws"], claims["sub"]
+    if not all(isinstance(v, str) for v in (sid, workspace, subject)):
+        raise InvalidToken("bad token")
+    expires_at = _seconds(claims["exp"])
     if expires_at <= now:
         raise InvalidToken("expired token")
+    if "nbf" in claims and _seconds(claims["nbf"]) > now:
+        raise InvalidToken("token not valid yet")
     try:
         sandbox_id = UUID(sid)
     except ValueError as exc:

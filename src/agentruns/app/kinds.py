@@ -151,10 +151,10 @@ class RunKinds:
         return self._domain_rows
 
     def get(self, name: str) -> RunKind:
-        try:
-            return self._kinds[name]
-        except KeyError:
-            raise UnknownKind(name) from None
+        found = self._kinds.get(name) if isinstance(name, str) else None
+        if found is None:
+            raise UnknownKind(name)
+        return found
 
     def names(self) -> list[str]:
         return sorted(self._kinds)

@@ -1,8 +1,10 @@
 """``AgentRuns``: the only writer of runs.
 
-Every method validates its input before it opens a transaction, so a refused request writes
-nothing. Methods that a holder calls inside its own transaction take ``tx``; without one they
-open and commit their own. Lock order everywhere: the kind's domain row, then its run.
+Every method validates its input before it opens a transaction (the limits are in
+:mod:`agentruns.domain.limits`), so a refused request raises
+:class:`~agentruns.domain.errors.InvalidRequest` on every adapter and writes nothing. Methods that
+a holder calls inside its own transaction take ``tx``; without one they open and commit their
+own. Lock order everywhere: the kind's domain row, then its run.
 """
 
 from __future__ import annotations
@@ -29,6 +31,7 @@ from agentruns.app.ports import (
     Transaction,
 )
 from agentruns.app.tracing import NoTracing, Tracing
+from agentruns.domain import limits
 from agentruns.domain.backoff import RandomSource
 from agentruns.domain.bands import DEFAULT_BAND_AGING, Band
 from agentruns.domain.errors import (
@@ -69,12 +72,30 @@ class _BudgetHeld(Exception):
         self.holds = holds
 
 
-def _name(value: object, what: str) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise InvalidRequest(f"{what} must be a non-empty string, not {value!r}")
-    if len(value) > 512:
-        raise InvalidRequest(f"{what} is longer than 512 characters")
-    return value
+_name = limits.name
+
+
+def _fence(fence: object) -> AgentRunFence:
+    """A fence a host handed in: a run id, a workspace name and an epoch PostgreSQL can hold."""
+    if not isinstance(fence, AgentRunFence):
+        raise InvalidRequest(f"a fence is an AgentRunFence, not {type(fence).__name__}")
+    limits.run_id(fence.run_id)
+    _name(fence.workspace, "the fence's workspace")
+    limits.epoch(fence.epoch, "the fence's epoch")
+    return fence
+
+
+def _budget_hold(hold: object) -> BudgetHold:
+    if not isinstance(hold, BudgetHold):
+        raise InvalidRequest(f"a budget hold is a BudgetHold, not {type(hold).__name__}")
+    _name(hold.workspace, "workspace")
+    limits.moment(hold.until, "until")
+    if not isinstance(hold.reason, str) or len(hold.reason) > limits.MAX_NAME_LENGTH:
+        raise InvalidRequest(
+            f"a hold's reason is text of at most {limits.MAX_NAME_LENGTH} characters"
+        )
+    limits.check_text(hold.reason, "the hold's reason")
+    return hold
 
 
 class AgentRuns:
@@ -124,12 +145,16 @@ class AgentRuns:
         deadline_at: datetime | None = None,
         tx: Transaction | None = None,
     ) -> AgentRun:
-        """Queue a run. Unknown kind, bad band, empty names or a non-JSON payload are refused
+        """Queue a run. An unknown kind, a bad band, a name, payload or time outside the limits
+        of :mod:`agentruns.domain.limits`, or a deadline not after the due time is refused
         (:class:`~agentruns.domain.errors.InvalidRequest`) before anything is written.
 
         With tracing on, the enqueue is a span in the caller's trace, and the run keeps that
         trace's context: its claim, steps and end join the same trace (ADRs/0014)."""
         registered = self._kinds.get(kind)
+        due = limits.optional_moment(due_at, "due_at")
+        deadline = limits.optional_moment(deadline_at, "deadline_at")
+        limits.deadline_after_due(due, deadline)
         new = NewRun(
             id=self._new_id(),
             kind=registered.name,
@@ -138,8 +163,8 @@ class AgentRuns:
             band=Band.parse(band),
             payload=validate_payload({} if payload is None else payload),
             lease=registered.policy.lease,
-            due_at=_aware(due_at, "due_at"),
-            deadline_at=_aware(deadline_at, "deadline_at"),
+            due_at=due,
+            deadline_at=deadline,
             deadline_after=registered.policy.deadline,
             domain_row=registered.handler.has_domain_row,
         )
@@ -155,6 +180,8 @@ class AgentRuns:
         self, holder: str, *, limit: int = 1, kinds: Sequence[str] | None = None
     ) -> list[AgentRun]:
         """Lease up to ``limit`` due runs (one per subject) in the claim order, for a worker."""
+        if not isinstance(limit, int) or isinstance(limit, bool):
+            raise InvalidRequest(f"a claim's limit is an integer, not {limits.shown(limit)}")
         request = ClaimRequest(
             holder=_name(holder, "holder"),
             limit=limit,
@@ -222,10 +249,11 @@ class AgentRuns:
     async def require_current(self, tx: Transaction, fence: AgentRunFence) -> AgentRun:
         """Check the fence and hold the lease until ``tx`` ends: a stale epoch and an expired
         lease (whatever its epoch) raise :class:`~agentruns.domain.errors.LeaseLost`."""
-        return await self._stores.runs.require_current(tx, fence)
+        return await self._stores.runs.require_current(tx, _fence(fence))
 
     async def renew(self, fence: AgentRunFence, *, tx: Transaction | None = None) -> AgentRun:
         """The heartbeat: push the lease to now + the run's lease length, if the fence holds."""
+        _fence(fence)
         async with self.transaction(tx) as inner:
             return await self._stores.runs.renew(inner, fence)
 
@@ -233,6 +261,7 @@ class AgentRuns:
         self, fence: AgentRunFence, type: str, data: object = None, *, tx: Transaction | None = None
     ) -> RunEvent:
         """Persist a step event under the fence; a zombie holder appends nothing."""
+        _fence(fence)
         checked = validate_payload({} if data is None else data)
         async with self.transaction(tx) as inner:
             return await self._stores.events.append(inner, fence, _name(type, "type"), checked)
@@ -242,6 +271,7 @@ class AgentRuns:
     ) -> RunEvent:
         """Renew the lease and persist the step's event, as one store operation: the event is
         appended only if the renewal held, so a zombie holder appends nothing."""
+        _fence(fence)
         checked = validate_payload({} if data is None else data)
         async with self.transaction(tx) as inner:
             return await self._stores.events.renew_and_append(
@@ -265,10 +295,11 @@ class AgentRuns:
         steps: list[tuple[int, StepWrite]] = []
         ends: list[tuple[int, EndWrite]] = []
         for index, write in enumerate(writes):
-            if isinstance(write, EndWrite):
-                ends.append((index, write))
-                continue
             try:
+                _fence(write.fence)
+                if isinstance(write, EndWrite):
+                    ends.append((index, EndWrite(write.fence, _reason(write.reason))))
+                    continue
                 checked = StepWrite(
                     write.fence, _name(write.type, "type"), validate_payload(write.data)
                 )
@@ -297,6 +328,8 @@ class AgentRuns:
     ) -> AgentRun:
         """The holder settles its run with ``reason``; with ``failure``, the failed attempt is
         recorded on the run in the same transaction (and not at all if the fence fails)."""
+        _fence(fence)
+        reason = _reason(reason)
         async with self.transaction(tx) as inner:
             if not self._kinds.any_domain_rows:
                 # No kind has a domain row to lock first: settle without reading the run. A run
@@ -333,8 +366,12 @@ class AgentRuns:
         failure: NewFailure | None = None,
     ) -> AgentRun:
         """Give the run back to the queue. A charged requeue spends an attempt; without a
-        ``delay`` it waits the kind's backoff for the attempt it starts. With ``failure``, the
-        failed attempt is recorded on the run in the same transaction."""
+        ``delay`` it waits the kind's backoff for the attempt it starts (a given delay is at
+        most :data:`~agentruns.domain.limits.MAX_DELAY`). With ``failure``, the failed attempt
+        is recorded on the run in the same transaction."""
+        _fence(fence)
+        if delay is not None:
+            limits.duration(delay, "delay", longest=limits.MAX_DELAY, zero=True)
         async with self.transaction(tx) as inner:
             kind = await self._lock_domain_row(inner, fence.run_id)
             await self._record(inner, fence, failure)
@@ -362,6 +399,7 @@ class AgentRuns:
         A claim locks a run before its domain row (it cannot know the row before it picks the
         run), so a cancel racing a claim of the same run can deadlock; the database aborts one
         side, and a cancel that lost runs again."""
+        limits.run_id(run_id)
         for attempt in range(_CONFLICT_RETRIES):
             try:
                 async with self.transaction() as inner:
@@ -418,6 +456,10 @@ class AgentRuns:
     ) -> AgentRun:
         """A new run that goes on where an ended one stopped: same kind, workspace and subject,
         its epochs, and one more attempt (refused once the kind's budget is spent)."""
+        limits.run_id(ended_run_id)
+        due = limits.optional_moment(due_at, "due_at")
+        checked_payload = None if payload is None else validate_payload(payload)
+        checked_band = None if band is None else Band.parse(band)
         async with self.transaction() as inner:
             ended = await self._stores.runs.get(inner, ended_run_id)
             if ended is None:
@@ -429,10 +471,10 @@ class AgentRuns:
                 kind=ended.kind,
                 workspace=ended.workspace,
                 subject=ended.subject,
-                band=ended.band if band is None else Band.parse(band),
-                payload=ended.payload if payload is None else validate_payload(payload),
+                band=ended.band if checked_band is None else checked_band,
+                payload=ended.payload if checked_payload is None else checked_payload,
                 lease=kind.policy.lease,
-                due_at=_aware(due_at, "due_at"),
+                due_at=due,
                 deadline_after=kind.policy.deadline,
                 epoch=continuation.epoch,
                 attempt=continuation.attempt,
@@ -446,6 +488,7 @@ class AgentRuns:
             return run
 
     async def get(self, run_id: UUID) -> AgentRun:
+        limits.run_id(run_id)
         async with self.transaction() as inner:
             run = await self._stores.runs.get(inner, run_id)
         if run is None:
@@ -487,6 +530,7 @@ class AgentRuns:
         return RunPage(page, f"{_CURSOR_PREFIX}{page[-1].seq}" if more else None)
 
     async def events(self, run_id: UUID) -> list[RunEvent]:
+        limits.run_id(run_id)
         async with self.transaction() as inner:
             return await self._stores.events.list(inner, run_id)
 
@@ -501,8 +545,10 @@ class AgentRuns:
 
     async def purge(self, older_than: timedelta, *, batch: int = 1000) -> int:
         """Delete runs (and their events) that ended more than ``older_than`` ago."""
-        if older_than < timedelta(0):
+        if not isinstance(older_than, timedelta) or older_than < timedelta(0):
             raise InvalidRequest("purge needs a retention that is not negative")
+        if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
+            raise InvalidRequest(f"purge needs a batch of at least one, not {limits.shown(batch)}")
         total = 0
         while True:
             async with self.transaction() as inner:
@@ -513,14 +559,18 @@ class AgentRuns:
                 return total
 
     async def set_workspace_active(self, workspace: str, active: bool) -> None:
+        if not isinstance(active, bool):
+            raise InvalidRequest(f"active is True or False, not {limits.shown(active)}")
         async with self.transaction() as inner:
             await self._stores.workspaces.set_active(inner, _name(workspace, "workspace"), active)
 
     async def hold_budget(self, hold: BudgetHold) -> None:
+        _budget_hold(hold)
         async with self.transaction() as inner:
             await self._stores.workspaces.hold_budget(inner, hold)
 
     async def release_budget(self, workspace: str) -> None:
+        _name(workspace, "workspace")
         async with self.transaction() as inner:
             await self._stores.workspaces.release_budget(inner, workspace)
 
@@ -538,6 +588,12 @@ class AgentRuns:
         return [self._kinds.get(kind).name for kind in kinds]
 
 
+def _reason(reason: object) -> TerminationReason:
+    if isinstance(reason, TerminationReason):
+        return reason
+    raise InvalidRequest(f"an end reason is a TerminationReason, not {limits.shown(reason)}")
+
+
 def _parse(enum: type[_E], value: object, what: str) -> _E:
     try:
         if not isinstance(value, str):
@@ -545,18 +601,13 @@ def _parse(enum: type[_E], value: object, what: str) -> _E:
         return enum(value)
     except ValueError:
         choices = ", ".join(member.value for member in enum)
-        raise InvalidRequest(f"no {what} {value!r}: expected one of {choices}") from None
+        shown = limits.shown(value)
+        raise InvalidRequest(f"no {what} {shown}: expected one of {choices}") from None
 
 
 def _seq_of(cursor: object) -> int:
     text = cursor if isinstance(cursor, str) else ""
     digits = text.removeprefix(_CURSOR_PREFIX)
     if not text.startswith(_CURSOR_PREFIX) or not digits.isdigit() or len(digits) > 19:
-        raise InvalidRequest(f"{cursor!r} is not a cursor that list_runs gave")
+        raise InvalidRequest(f"{limits.shown(cursor)} is not a cursor that list_runs gave")
     return int(digits)
-
-
-def _aware(moment: datetime | None, what: str) -> datetime | None:
-    if moment is not None and moment.tzinfo is None:
-        raise InvalidRequest(f"{what} must be timezone-aware")
-    return moment

@@ -29,6 +29,7 @@ from agentruns.app.sandbox_ports import (
     SandboxStore,
     SandboxTokens,
 )
+from agentruns.domain import limits
 from agentruns.domain.errors import (
     InvalidRequest,
     InvalidToken,
@@ -58,8 +59,10 @@ class AgentSandboxKind:
     def __post_init__(self) -> None:
         if not self.name or not self.warm_pool:
             raise ValueError("a sandbox kind needs a name and a warm pool")
-        if self.lifetime <= timedelta(0):
-            raise ValueError("a sandbox kind needs a positive lifetime")
+        # Shutdown times are whole seconds (the claim's and the token's), rounded down: a
+        # shorter life could round to a shutdown before the request.
+        if self.lifetime < timedelta(seconds=1):
+            raise ValueError("a sandbox kind's lifetime is at least one second")
         if self.shutdown_policy not in SHUTDOWN_POLICIES:
             raise ValueError(f"unknown shutdown policy {self.shutdown_policy!r}")
 
@@ -121,8 +124,8 @@ class AgentSandboxes:
         starts afresh.
         """
         sandbox_kind = self.kind(kind)
-        if not workspace or not subject:
-            raise InvalidRequest("a sandbox needs a workspace and a subject")
+        limits.name(workspace, "workspace")
+        limits.name(subject, "subject")
         if not self._gateway_url:
             # A process that only serves the gateway or reaps is built without one.
             raise SandboxError("no gateway URL to hand a new sandbox: this process creates none")
@@ -133,7 +136,11 @@ class AgentSandboxes:
                 return live
             if live is not None:  # past its shutdown, not reaped yet: make way for a new one
                 await self._store.take_back(tx, live.id)
+            # Whole seconds: the claim's RFC 3339 time and the token's exp agree with it.
             shutdown = min(now + sandbox_kind.lifetime, self._tokens.signable_until())
+            shutdown = shutdown.replace(microsecond=0)
+            if shutdown <= now:
+                raise SandboxError("no signing key lives past the next whole second: add a key")
             sandbox_id = self._new_id()
             row = AgentSandbox(
                 id=sandbox_id,
@@ -142,8 +149,7 @@ class AgentSandboxes:
                 subject=subject,
                 state=SandboxState.REQUESTED,
                 requested_at=now,
-                # Whole seconds: the claim's RFC 3339 time and the token's exp agree with it.
-                shutdown_at=shutdown.replace(microsecond=0),
+                shutdown_at=shutdown,
                 claim_name=claim_name_of(sandbox_id),
                 conversation=sandbox_kind.conversation,
             )

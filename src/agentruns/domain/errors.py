@@ -40,8 +40,11 @@ class InvalidRequest(AgentRunsError, ValueError):
 class UnknownKind(InvalidRequest):
     """No run kind is registered under the given name."""
 
-    def __init__(self, kind: str) -> None:
-        super().__init__(f"unknown run kind {kind!r}: register it before enqueueing")
+    def __init__(self, kind: object) -> None:
+        shown = repr(kind)
+        if len(shown) > 80:
+            shown = f"{shown[:80]}... ({len(shown)} characters)"
+        super().__init__(f"unknown run kind {shown}: register it before enqueueing")
         self.kind = kind
 
 

@@ -5,15 +5,22 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from agentruns.domain import limits
 from agentruns.domain.backoff import Backoff
+from agentruns.domain.errors import InvalidRequest
 
 DEFAULT_RETRY_BUDGET = 3
+# Attempts are PostgreSQL integers; a budget beyond this many requeues is a mistake.
+MAX_RETRY_BUDGET = 1_000_000
 
 
 @dataclass(frozen=True, slots=True)
 class RunKindPolicy:
     """A kind's name, retry budget (requeues shared by failure retry and stale reclaim), lease
-    length, backoff and the longest a run may live from its enqueue (``None``: no deadline)."""
+    length, backoff and the longest a run may live from its enqueue (``None``: no deadline).
+
+    The lease is longer than zero and at most a day, the deadline longer than zero and at most
+    366 days, the backoff's cap at most 366 days (:mod:`agentruns.domain.limits`)."""
 
     name: str
     retry_budget: int = DEFAULT_RETRY_BUDGET
@@ -22,9 +29,14 @@ class RunKindPolicy:
     deadline: timedelta | None = None
 
     def __post_init__(self) -> None:
-        if not self.name or not self.name.strip():
-            raise ValueError("a run kind needs a name")
-        if self.retry_budget < 0:
-            raise ValueError("a retry budget cannot be negative")
-        if self.lease <= timedelta(0):
-            raise ValueError("a lease must be longer than zero")
+        # InvalidRequest is a ValueError: a bad policy fails where the host builds it.
+        limits.name(self.name, "a run kind's name")
+        if not isinstance(self.retry_budget, int) or isinstance(self.retry_budget, bool):
+            raise InvalidRequest("a retry budget is an integer")
+        if not 0 <= self.retry_budget <= MAX_RETRY_BUDGET:
+            raise InvalidRequest(f"a retry budget is from 0 to {MAX_RETRY_BUDGET}")
+        limits.duration(self.lease, "a lease", longest=limits.MAX_LEASE)
+        if self.deadline is not None:
+            limits.duration(self.deadline, "a deadline", longest=limits.MAX_DEADLINE)
+        if self.backoff.cap > limits.MAX_DELAY:
+            raise InvalidRequest(f"a backoff's cap is at most {limits.MAX_DELAY}")

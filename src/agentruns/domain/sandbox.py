@@ -59,20 +59,26 @@ class AgentSandbox:
 
 
 def mark_ready(sandbox: AgentSandbox, now: datetime) -> AgentSandbox:
-    """The sandbox called the gateway: REQUESTED -> READY at ``now``; READY stays as it is."""
+    """The sandbox called the gateway: REQUESTED -> READY at ``now`` (never before its request);
+    READY stays as it is."""
     if sandbox.state is SandboxState.READY:
         return sandbox
-    if not sandbox.is_live:
-        raise SandboxNotLive(f"sandbox {sandbox.id} is {sandbox.state}")
+    if not usable(sandbox, now):
+        raise SandboxNotLive(f"sandbox {sandbox.id} is {sandbox.state} or past its shutdown")
     check_sandbox_move(sandbox.state, SandboxState.READY)
-    return replace(sandbox, state=SandboxState.READY, ready_at=now)
+    return replace(sandbox, state=SandboxState.READY, ready_at=max(now, sandbox.requested_at))
 
 
 def mark_used(sandbox: AgentSandbox, now: datetime) -> AgentSandbox:
-    """The sandbox leased a run at ``now``: its idle clock starts again."""
-    if not sandbox.is_live:
-        raise SandboxNotLive(f"sandbox {sandbox.id} is {sandbox.state}")
-    return replace(sandbox, last_used_at=now)
+    """The sandbox leased a run at ``now``: its idle clock starts again.
+
+    The last use never moves back (a call whose transaction started earlier may lease after a
+    later one) and never passes the first call or the shutdown: a sandbox past its shutdown is
+    used no more, so ``last_used_at`` cannot keep it from idling beyond its life."""
+    if not usable(sandbox, now) or sandbox.ready_at is None:
+        raise SandboxNotLive(f"sandbox {sandbox.id} is not ready, or past its shutdown")
+    latest = max(now, sandbox.ready_at, sandbox.last_used_at or sandbox.ready_at)
+    return replace(sandbox, last_used_at=latest)
 
 
 def mark_deleting(sandbox: AgentSandbox) -> AgentSandbox:

@@ -1,10 +1,11 @@
 """The sandbox gateway: the HTTP face a sandbox calls with its token (``gateway`` extra).
 
 Only ``/internal/agent/**`` exists here, and every route there needs a sandbox token
-(``Authorization: Bearer <token>``). The token's signature is checked before anything else, even
-before the body is read, so an unauthenticated caller learns nothing about the API; then, in the
-route's one transaction, the sandbox must be live and before its shutdown (a taken-back sandbox's
-token stops at once), and its first call marks it READY.
+(``Authorization: Bearer <token>``). An ASGI middleware in front of the app checks the token's
+signature before anything else, before a byte of the body is read (so an unauthenticated caller
+learns nothing about the API and costs no memory), then reads the body up to
+:data:`MAX_BODY_BYTES`; then, in the route's one transaction, the sandbox must be live and before
+its shutdown (a taken-back sandbox's token stops at once), and its first call marks it READY.
 
 =========================================  ====================================================
 ``GET  /internal/agent/sandbox``           the sandbox as the server sees it (a check-in)
@@ -13,9 +14,12 @@ token stops at once), and its first call marks it READY.
 ``POST /internal/agent/runs/{id}/end``     settle the run, fenced by ``epoch``
 =========================================  ====================================================
 
-Answers: 401 with no detail for a missing, malformed, forged, expired or revoked token; 422 for a
-body that does not validate; 409 when the fence no longer holds. Each route is one transaction,
-so a refused call writes nothing.
+Answers: 401 for a missing, malformed, forged, expired or revoked token; 413 for a body over the
+limit; 400 for a body that is not JSON; 422 for a body or path that does not validate; 409 when
+the fence no longer holds; 404 and 405 for other paths and methods; 503 when the database cannot
+be reached. Every answer but a success is ``{"detail": <a fixed phrase of its status>}``: no
+refusal echoes the input or says which check failed. Each route is one transaction, so a refused
+call writes nothing.
 
 :func:`serve` runs the app with uvicorn until the caller's stop event is set.
 """
@@ -25,33 +29,58 @@ so a refused call writes nothing.
 import asyncio
 import math
 import socket
-from collections.abc import Callable, Iterator
+from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager, suppress
 from datetime import datetime
 from typing import Annotated, Literal, Self
 from uuid import UUID
 
 import uvicorn
-from fastapi import APIRouter, Depends, FastAPI, Header, Request, Response
+from fastapi import APIRouter, FastAPI, Header, Request, Response
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from pydantic import BaseModel, ConfigDict, Field, JsonValue, StrictInt
+from starlette.datastructures import Headers
+from starlette.exceptions import HTTPException
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 from agentruns.app.runs import AgentRuns
 from agentruns.app.sandboxes import AgentSandboxes
 from agentruns.domain.errors import (
+    AgentRunsError,
     IllegalTransition,
     InvalidRequest,
-    InvalidToken,
     LeaseLost,
     RunNotFound,
-    SandboxNotLive,
+    SandboxError,
+    StoreUnavailable,
 )
+from agentruns.domain.limits import MAX_EPOCH
 from agentruns.domain.run import AgentRun
 from agentruns.domain.sandbox import AgentSandbox
 from agentruns.domain.termination import TerminationReason
 
 PREFIX = "/internal/agent"
-_UNAUTHORIZED = {"detail": "unauthorized"}
+# A renewal or an end is a few dozen bytes; nothing a sandbox sends comes near this.
+MAX_BODY_BYTES = 64 * 1024
+
+# The one body of every refusal: its status's phrase, never the input or the failed check.
+_PHRASES = {
+    400: "bad request",
+    401: "unauthorized",
+    404: "not found",
+    405: "method not allowed",
+    409: "the lease does not hold",
+    413: "body too large",
+    422: "invalid request",
+    503: "unavailable",
+}
+
+
+def _refusal(status: int) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+    phrase = _PHRASES.get(status, "refused" if status < 500 else "server error")
+    return JSONResponse({"detail": phrase}, status_code=status, headers=headers)
 
 
 class _Body(BaseModel):
@@ -59,11 +88,11 @@ class _Body(BaseModel):
 
 
 class RenewBody(_Body):
-    epoch: StrictInt = Field(ge=1)
+    epoch: StrictInt = Field(ge=1, le=MAX_EPOCH)
 
 
 class EndBody(_Body):
-    epoch: StrictInt = Field(ge=1)
+    epoch: StrictInt = Field(ge=1, le=MAX_EPOCH)
     reason: Literal["completed", "failed", "cancelled", "not_retryable"]
 
 
@@ -135,27 +164,83 @@ def _bearer(authorization: str | None) -> str | None:
     return token.strip() or None if scheme.lower() == "bearer" else None
 
 
-def create_gateway(sandboxes: AgentSandboxes, runs: AgentRuns) -> FastAPI:
+class _Gate:
+    """The gateway's front door, as ASGI middleware, so it runs before FastAPI reads anything.
+
+    On ``/internal/agent/**`` the token's signature is checked first, from the headers alone: an
+    unauthenticated call is answered 401 before a byte of its body is read (the server discards
+    the rest). Then the body is read up to ``max_body`` bytes, or answered 413 (at once when its
+    declared length is over), and handed to the app.
+    """
+
+    def __init__(self, app: ASGIApp, sandboxes: AgentSandboxes, max_body: int) -> None:
+        self._app = app
+        self._sandboxes = sandboxes
+        self._max_body = max_body
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        headers = Headers(scope=scope)
+        path: str = scope["path"]
+        if path == PREFIX or path.startswith(PREFIX + "/"):
+            try:
+                self._sandboxes.identify(_bearer(headers.get("authorization")))
+            except (SandboxError, ValueError):
+                await _refusal(401)(scope, receive, send)
+                return
+        declared = headers.get("content-length", "0")
+        if not declared.isdigit() or int(declared) > self._max_body:
+            await _refusal(413 if declared.isdigit() else 400)(scope, receive, send)
+            return
+        body = bytearray()
+        more = True
+        while more:
+            message = await receive()
+            if message["type"] == "http.disconnect":
+                return
+            body += message.get("body", b"")
+            more = message.get("more_body", False)
+            if len(body) > self._max_body:
+                await _refusal(413)(scope, receive, send)
+                return
+        await self._app(scope, _replay(bytes(body), receive), send)
+
+
+def _replay(body: bytes, receive: Receive) -> Receive:
+    """The body read already, then whatever the server sends next (a disconnect)."""
+    sent = False
+
+    async def replayed() -> Message:
+        nonlocal sent
+        if sent:
+            return await receive()
+        sent = True
+        return {"type": "http.request", "body": body, "more_body": False}
+
+    return replayed
+
+
+def create_gateway(
+    sandboxes: AgentSandboxes, runs: AgentRuns, *, max_body: int = MAX_BODY_BYTES
+) -> FastAPI:
     """The gateway app over the host's use cases (serve it on the gateway port only)."""
     app = FastAPI(
         title="agentruns sandbox gateway", openapi_url=None, docs_url=None, redoc_url=None
     )
-
-    def sandbox_token(authorization: Annotated[str | None, Header()] = None) -> str:
-        token = _bearer(authorization)
-        sandboxes.identify(token)  # the signature, before the body is even read
-        return token or ""
-
-    Token = Annotated[str, Depends(sandbox_token)]
+    # The token, already checked by the gate; the route's use case checks it again in its
+    # transaction, with the sandbox's liveness.
+    Token = Annotated[str | None, Header(alias="authorization", include_in_schema=True)]
     router = APIRouter(prefix=PREFIX)
 
     @router.get("/sandbox")
-    async def sandbox(token: Token) -> SandboxOut:
-        return SandboxOut.of(await sandboxes.call(token))
+    async def sandbox(authorization: Token = None) -> SandboxOut:
+        return SandboxOut.of(await sandboxes.call(_bearer(authorization)))
 
     @router.post("/next", response_model=None)
-    async def next_run(token: Token) -> LeaseOut | Response:
-        run = await sandboxes.next_run(token, runs)
+    async def next_run(authorization: Token = None) -> LeaseOut | Response:
+        run = await sandboxes.next_run(_bearer(authorization), runs)
         if run is None:
             return Response(status_code=204)
         fence = run.fence
@@ -165,30 +250,38 @@ def create_gateway(sandboxes: AgentSandboxes, runs: AgentRuns) -> FastAPI:
         )
 
     @router.post("/runs/{run_id}/renew")
-    async def renew(run_id: UUID, body: RenewBody, token: Token) -> RunOut:
+    async def renew(run_id: UUID, body: RenewBody, authorization: Token = None) -> RunOut:
+        token = _bearer(authorization)
         return RunOut.of(await sandboxes.renew(token, run_id, body.epoch, runs))
 
     @router.post("/runs/{run_id}/end")
-    async def end(run_id: UUID, body: EndBody, token: Token) -> RunOut:
+    async def end(run_id: UUID, body: EndBody, authorization: Token = None) -> RunOut:
         reason = TerminationReason(body.reason)
+        token = _bearer(authorization)
         return RunOut.of(await sandboxes.end(token, run_id, body.epoch, reason, runs))
 
     app.include_router(router)
 
-    async def unauthorized(request: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse(_UNAUTHORIZED, status_code=401, headers={"WWW-Authenticate": "Bearer"})
+    def answer(status: int) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
+        async def handler(request: Request, exc: Exception) -> JSONResponse:
+            return _refusal(status)
 
-    async def conflict(request: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"detail": "the lease does not hold"}, status_code=409)
+        return handler
 
-    async def invalid(request: Request, exc: Exception) -> JSONResponse:
-        return JSONResponse({"detail": str(exc)}, status_code=422)
+    async def http_error(request: Request, exc: Exception) -> JSONResponse:
+        status = exc.status_code if isinstance(exc, HTTPException) else 500
+        return _refusal(status)
 
-    for refused in (InvalidToken, SandboxNotLive):
-        app.add_exception_handler(refused, unauthorized)
+    # Most specific first in meaning; Starlette picks the handler of the nearest class.
+    app.add_exception_handler(SandboxError, answer(401))  # InvalidToken, SandboxNotLive
     for lost in (LeaseLost, RunNotFound, IllegalTransition):
-        app.add_exception_handler(lost, conflict)
-    app.add_exception_handler(InvalidRequest, invalid)
+        app.add_exception_handler(lost, answer(409))
+    app.add_exception_handler(InvalidRequest, answer(422))
+    app.add_exception_handler(RequestValidationError, answer(422))
+    app.add_exception_handler(StoreUnavailable, answer(503))
+    app.add_exception_handler(AgentRunsError, answer(500))
+    app.add_exception_handler(HTTPException, http_error)
+    app.add_middleware(_Gate, sandboxes=sandboxes, max_body=max_body)
     return app
 
 

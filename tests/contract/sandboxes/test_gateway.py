@@ -13,7 +13,7 @@ import pytest
 
 from agentruns.domain.sandbox import AgentSandbox, SandboxState
 from agentruns.domain.states import AgentRunState
-from agentruns.entrypoints.gateway import create_gateway
+from agentruns.entrypoints.gateway import MAX_BODY_BYTES, create_gateway
 from tests.contract.sandboxes.world import START, World
 
 
@@ -268,3 +268,153 @@ async def test_a_sandbox_never_gets_another_workspaces_run_on_its_subject_string
     got = await http.post("/internal/agent/next", headers=bearer(await world.token_of(globex)))
     assert got.status_code == 200
     assert got.json()["run"]["id"] == str(theirs.id)
+
+
+async def _asgi_call(
+    app: object, path: str, headers: list[tuple[bytes, bytes]], body_read: list[bool]
+) -> tuple[int, bytes]:
+    """Call the ASGI app directly and note whether it ever asked for the body."""
+    sent: list[dict[str, object]] = []
+
+    async def receive() -> dict[str, object]:
+        body_read.append(True)
+        return {"type": "http.request", "body": b'{"epoch": 1}', "more_body": False}
+
+    async def send(message: dict[str, object]) -> None:
+        sent.append(message)
+
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "POST",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 1),
+        "server": ("gateway", 80),
+    }
+    await app(scope, receive, send)  # type: ignore[operator]
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")  # type: ignore[misc]
+    return int(start["status"]), body  # type: ignore[call-overload]
+
+
+@pytest.mark.parametrize(
+    "authorization",
+    [None, b"Bearer nope", b"Basic abc"],
+    ids=["missing", "forged", "other-scheme"],
+)
+async def test_the_token_is_checked_before_a_byte_of_the_body_is_read(
+    world: World, authorization: bytes | None
+) -> None:
+    """An unauthenticated caller is answered 401 without the app ever asking for its body, so a
+    huge body costs the gateway nothing (the server discards what it does not read)."""
+    run = await world.runs.enqueue("code", workspace="ws", subject="task:1")
+    app = create_gateway(world.sandboxes, world.runs)
+    headers = [(b"content-type", b"application/json"), (b"content-length", b"104857600")]
+    if authorization is not None:
+        headers.append((b"authorization", authorization))
+    body_read: list[bool] = []
+    status, body = await _asgi_call(app, f"/internal/agent/runs/{run.id}/renew", headers, body_read)
+    assert (status, json.loads(body)) == (401, {"detail": "unauthorized"})
+    assert body_read == []
+
+
+async def test_a_body_over_the_limit_gets_413_and_writes_nothing(
+    world: World, http: httpx.AsyncClient
+) -> None:
+    """Declared or streamed, a body over MAX_BODY_BYTES is refused; the lease is untouched."""
+    _, token = await started(world)
+    run = await world.runs.enqueue("code", workspace="ws", subject="task:1")
+    assert (await http.post("/internal/agent/next", headers=bearer(token))).status_code == 200
+    before = await world.runs.get(run.id)
+    padded = b'{"epoch": 1' + b" " * MAX_BODY_BYTES + b"}"
+
+    async def streamed() -> AsyncIterator[bytes]:
+        for start in range(0, len(padded), 4096):
+            yield padded[start : start + 4096]
+
+    path = f"/internal/agent/runs/{run.id}/renew"
+    headers = {**bearer(token), "Content-Type": "application/json"}
+    for content in (padded, streamed()):
+        answer = await http.post(path, headers=headers, content=content)
+        assert (answer.status_code, answer.json()) == (413, {"detail": "body too large"})
+    assert await world.runs.get(run.id) == before
+    exact = b'{"epoch": 1' + b" " * (MAX_BODY_BYTES - 12) + b"}"
+    assert len(exact) == MAX_BODY_BYTES
+    assert (await http.post(path, headers=headers, content=exact)).status_code == 200
+
+
+@pytest.mark.parametrize(
+    ("body", "content_type"),
+    [
+        (b'{"epoch": NaN}', "application/json"),
+        (b'{"epoch": Infinity}', "application/json"),
+        (b'{"epoch": -Infinity}', "application/json"),
+        (b'{"epoch": 1e400}', "application/json"),
+        (b'{"epoch": 1.0}', "application/json"),
+        (b'{"epoch": 4294967296}', "application/json"),
+        (b'{"epoch": ' + b"9" * 5000 + b"}", "application/json"),
+        (b"\xff\xfe{\x00", "application/json"),
+        (b'{"epoch": 1, "reason": "\xc3\x28"}', "application/json"),
+        (b"\xff\xfe{\x00", "text/plain"),
+        (b'{"epoch": 1, "reason": "\xc3\x28"}', None),
+        (b"[" * 10000, "application/json"),
+        (b"", "application/json"),
+    ],
+    ids=[
+        "nan",
+        "infinity",
+        "minus-infinity",
+        "1e400",
+        "float-epoch",
+        "epoch-beyond-integer",
+        "5000-digit-epoch",
+        "non-utf8-json",
+        "non-utf8-string",
+        "non-utf8-text",
+        "non-utf8-untyped",
+        "deep-nesting",
+        "empty",
+    ],
+)
+async def test_no_body_makes_a_500_and_no_refusal_echoes_it(
+    world: World, http: httpx.AsyncClient, body: bytes, content_type: str | None
+) -> None:
+    """A valid caller's malformed body is a 4xx of the fixed shape, whatever it holds; the lease
+    is untouched."""
+    _, token = await started(world)
+    run = await world.runs.enqueue("code", workspace="ws", subject="task:1")
+    assert (await http.post("/internal/agent/next", headers=bearer(token))).status_code == 200
+    before = await world.runs.get(run.id)
+    headers = bearer(token)
+    if content_type is not None:
+        headers["Content-Type"] = content_type
+    for path in ("renew", "end"):
+        answer = await http.post(
+            f"/internal/agent/runs/{run.id}/{path}", headers=headers, content=body
+        )
+        assert answer.status_code in (400, 422), (path, answer.status_code)
+        assert answer.json() == {
+            "detail": {400: "bad request", 422: "invalid request"}[answer.status_code]
+        }
+    assert await world.runs.get(run.id) == before
+
+
+async def test_a_signed_token_with_an_absurd_expiry_gets_401(
+    world: World, http: httpx.AsyncClient
+) -> None:
+    """exp of 1e20, under the gateway's own key: refused like any bad token, not a 500."""
+    sandbox, token = await started(world)
+    claims = jwt.decode(token, options={"verify_signature": False})
+    for exp in (10**20, 2**64, 10**300):
+        absurd = jwt.encode(
+            {**claims, "exp": exp}, b"k" * 32, algorithm="HS256", headers={"kid": "k1"}
+        )
+        answer = await http.get("/internal/agent/sandbox", headers=bearer(absurd))
+        assert (answer.status_code, answer.json()) == (401, {"detail": "unauthorized"})
+    assert (await world.row(sandbox.id)).state is SandboxState.REQUESTED  # type: ignore[union-attr]

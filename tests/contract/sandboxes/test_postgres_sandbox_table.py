@@ -99,6 +99,67 @@ def test_a_subject_has_one_live_sandbox(db: psycopg.Connection[tuple[object, ...
     insert(db)
 
 
+def _refused_by(db: psycopg.Connection[tuple[object, ...]], sql: str, *params: object) -> str:
+    with pytest.raises(psycopg.errors.CheckViolation) as refused:
+        db.execute(sql, params)
+    return refused.value.diag.constraint_name or ""
+
+
+def test_a_sandbox_shuts_down_after_its_request(
+    db: psycopg.Connection[tuple[object, ...]],
+) -> None:
+    """ck_agent_sandbox_shutdown: no row whose shutdown is at or before its request."""
+    for shutdown in (START, START - timedelta(seconds=1)):
+        sandbox_id = uuid4()
+        sql = (
+            "INSERT INTO agent_sandbox (id, kind, workspace, subject, state, requested_at, "
+            "shutdown_at, claim_name) VALUES (%s, 'coder', 'ws', 'task:1', 'requested', %s, %s, %s)"
+        )
+        params = (sandbox_id, START, shutdown, f"sbx-{sandbox_id.hex}")
+        assert _refused_by(db, sql, *params) == "ck_agent_sandbox_shutdown"
+
+
+def test_a_sandboxs_last_use_lies_within_its_life(
+    db: psycopg.Connection[tuple[object, ...]],
+) -> None:
+    """ck_agent_sandbox_last_used: between its first call and its shutdown. A last use far in
+    the future would keep the sandbox from ever idling."""
+    sandbox_id = insert(db)  # first called at START, shut down at START + 1 hour
+    sql = "UPDATE agent_sandbox SET last_used_at = %s WHERE id = %s"
+    for used in (START + timedelta(days=365), START + timedelta(hours=1, seconds=1)):
+        assert _refused_by(db, sql, used, sandbox_id) == "ck_agent_sandbox_last_used"
+    assert _refused_by(db, sql, START - timedelta(minutes=1), sandbox_id) == (
+        "ck_agent_sandbox_last_used"
+    )
+    db.execute(sql, (START + timedelta(hours=1), sandbox_id))
+
+
+@pytest.mark.parametrize(
+    "change",
+    [
+        "last_used_at = last_used_at - interval '1 second'",
+        "last_used_at = NULL",
+        "ready_at = ready_at + interval '1 minute'",
+        "ready_at = NULL",
+    ],
+    ids=["used-moved-back", "use-erased", "first-call-moved", "first-call-erased"],
+)
+def test_a_sandboxs_first_call_and_last_use_never_move_back(
+    db: psycopg.Connection[tuple[object, ...]], change: str
+) -> None:
+    """guard_agent_sandbox_times: the first call is kept, the last use only moves forward."""
+    sandbox_id = insert(db)
+    move(db, sandbox_id, "ready")
+    used = START + timedelta(minutes=30)
+    db.execute("UPDATE agent_sandbox SET last_used_at = %s WHERE id = %s", (used, sandbox_id))
+    sql = f"UPDATE agent_sandbox SET {change} WHERE id = %s"
+    assert _refused_by(db, sql, sandbox_id) == "guard_agent_sandbox_times"
+    row = db.execute(
+        "SELECT ready_at, last_used_at FROM agent_sandbox WHERE id = %s", (sandbox_id,)
+    )
+    assert row.fetchone() == (START, used)
+
+
 async def test_the_sandbox_revision_downgrades_and_upgrades(postgres_server: str) -> None:
     """0002_sandboxes goes down to 0001_runs, leaving the runs, and comes back up."""
     with empty_database(postgres_server) as url:

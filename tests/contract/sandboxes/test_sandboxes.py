@@ -7,6 +7,7 @@ from datetime import timedelta
 
 import pytest
 
+from agentruns.adapters.tokens import JwtSandboxTokens, SigningKey
 from agentruns.app.sandbox_ports import SandboxClaimRef, SandboxClaims, SandboxClaimSpec
 from agentruns.app.sandboxes import AgentSandboxes, claim_name_of
 from agentruns.domain.errors import (
@@ -257,3 +258,61 @@ async def test_two_workspaces_on_one_subject_string_have_two_sandboxes(world: Wo
     assert globex.id != acme.id
     assert (globex.workspace, acme.workspace) == ("globex", "acme")
     assert world.cluster.names() == {acme.claim_name, globex.claim_name}
+
+
+async def test_a_sandbox_never_shuts_down_before_its_request(world: World) -> None:
+    """Shutdowns are whole seconds, capped by the signing key's end: when that rounds to a
+    moment not after the request, ensure refuses and writes no row and no claim."""
+    key = SigningKey("short", b"s" * 32, not_after=START + timedelta(seconds=10, milliseconds=700))
+    sandboxes = AgentSandboxes(
+        world.stores.scope,
+        world.store,
+        world.cluster.claims,
+        JwtSandboxTokens([key], world.clock),
+        [CODER],
+        gateway_url=GATEWAY_URL,
+        new_id=lambda: world.ids[0],
+    )
+    world.clock.advance(timedelta(seconds=10, milliseconds=300))
+    with pytest.raises(SandboxError, match="signing key"):
+        await sandboxes.ensure("coder", workspace="ws", subject="task:1")
+    assert await world.row(world.ids[0]) is None
+    assert world.cluster.names() == set()
+
+
+async def test_the_last_use_stays_within_the_sandboxs_life(world: World) -> None:
+    """A lease at or past the shutdown moves nothing: last_used_at never passes the shutdown,
+    so it cannot keep a sandbox from idling beyond its life."""
+    sandbox = await ensure_coder(world)
+    await world.sandboxes.call(await world.token_of(sandbox))
+    world.clock.advance(timedelta(minutes=10))
+    async with world.stores.scope.transaction() as tx:
+        used = await world.store.touch(tx, sandbox.id)
+    assert used.last_used_at == START + timedelta(minutes=10)
+    world.clock.set(sandbox.shutdown_at)
+    with pytest.raises(SandboxNotLive):
+        async with world.stores.scope.transaction() as tx:
+            await world.store.touch(tx, sandbox.id)
+    row = await world.row(sandbox.id)
+    assert row is not None
+    assert row.last_used_at == START + timedelta(minutes=10)
+
+
+@pytest.mark.parametrize(
+    ("workspace", "subject"),
+    [
+        ("ws", "task\x00:1"),
+        ("ws\x00", "task:1"),
+        ("ws", "task:\ud800"),
+        ("ws", "x" * 513),
+        ("ws", "  "),
+    ],
+    ids=["nul-subject", "nul-workspace", "lone-surrogate", "too-long", "blank"],
+)
+async def test_ensure_refuses_a_name_that_cannot_be_stored(
+    world: World, workspace: str, subject: str
+) -> None:
+    """The same refusal on every store, before a row or a claim is written."""
+    with pytest.raises(InvalidRequest):
+        await world.sandboxes.ensure("coder", workspace=workspace, subject=subject)
+    assert world.cluster.names() == set()

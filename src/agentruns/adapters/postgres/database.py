@@ -3,7 +3,9 @@
 Every store runs its statements through :func:`fetch` / :func:`execute` on the connection of the
 :class:`PostgresTransaction` it is handed; a driver error leaves the adapter only translated
 (``raise ... from exc``): a trigger or constraint refusal becomes
-:class:`~agentruns.domain.errors.IllegalTransition`, anything else
+:class:`~agentruns.domain.errors.IllegalTransition`, a value PostgreSQL cannot take (a driver
+``DataError``: a number out of range, text it cannot encode) becomes
+:class:`~agentruns.domain.errors.InvalidRequest`, anything else
 :class:`~agentruns.domain.errors.StoreUnavailable`.
 """
 
@@ -24,19 +26,33 @@ from agentruns.app.ports import Clock, Transaction, TransactionScope
 from agentruns.domain.errors import (
     AgentRunsError,
     IllegalTransition,
+    InvalidRequest,
     StoreUnavailable,
     TransactionConflict,
 )
 
-# What the refusals of agentruns' own constraints and triggers mean. Every other integrity error
-# (a host's constraint or trigger on its domain row, say) is a refusal too, named by its
-# constraint: it becomes IllegalTransition just the same, never StoreUnavailable.
+# What the refusals of agentruns' own constraints and triggers mean (migrations 0001, 0002 and
+# 0004; ADRs/0016). Every other integrity error (a host's constraint or trigger on its domain
+# row, say) is a refusal too, named by its constraint: it becomes IllegalTransition just the
+# same, never StoreUnavailable.
 _REFUSALS = {
     "guard_agent_run": "the run's state table or identity",
+    "guard_agent_run_epoch": "a claim takes the next epoch and nothing else changes it",
+    "guard_agent_run_holder": "the holder changes only with a claim",
+    "guard_agent_run_attempt": "an attempt is spent only by a lease going back to the queue",
+    "guard_agent_run_frozen": "a run keeps what it was enqueued with",
+    "guard_agent_run_delete": "only an ended run is deleted",
+    "guard_agent_run_event": "events are appended under the run's current lease, never rewritten",
+    "guard_agent_run_reason": "an unknown end reason",
+    "guard_agent_run_lease": "a lease is longer than zero",
+    "guard_agent_run_queued": "a queued run has no holder, lease or end",
+    "guard_agent_run_leased": "a leased run has a holder and a lease",
+    "guard_agent_run_ended": "an ended run has a reason and an end time, and no lease",
     "uq_agent_run_head": "a subject has one head run (its leased run, or its first queued one)",
     "ck_agent_run_head": "a leased run is its subject's head, an ended run is not",
     "agent_run_pkey": "a run with this id exists already",
     "guard_agent_sandbox": "the sandbox's state table or identity",
+    "guard_agent_sandbox_times": "a sandbox's first call is kept and its last use never goes back",
     "uq_agent_sandbox_live_subject": "at most one live sandbox per subject",
     "uq_agent_sandbox_claim_name": "a sandbox with this claim exists already",
     "agent_sandbox_pkey": "a sandbox with this id exists already",
@@ -75,6 +91,10 @@ def translate(exc: BaseException) -> AgentRunsError:
         name = orig.diag.constraint_name or ""
         why = _REFUSALS.get(name, f"constraint {name}" if name else "an integrity check")
         return IllegalTransition("the database", "refused", f"{why}: {orig.diag.message_primary}")
+    if isinstance(orig, (psycopg.DataError, ValueError)):
+        # PostgreSQL, or the driver before it sends (text it cannot encode, a number it cannot
+        # write), cannot take a value: the request's fault, not an outage, so not retried.
+        return InvalidRequest(f"PostgreSQL cannot store a value of this request: {orig}")
     if isinstance(orig, (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)):
         return TransactionConflict(f"PostgreSQL aborted a conflicting transaction: {orig}")
     return StoreUnavailable(f"PostgreSQL failed: {orig}")
@@ -106,7 +126,7 @@ async def fetch(
     try:
         result = await postgres_connection(tx).execute(statement, dict(params))
         return result.mappings().all()
-    except (SQLAlchemyError, psycopg.Error, OSError) as exc:
+    except (SQLAlchemyError, psycopg.Error, OSError, ValueError) as exc:
         raise translate(exc) from exc
 
 
@@ -115,7 +135,7 @@ async def execute(tx: Transaction, statement: TextClause, params: Mapping[str, A
     try:
         result = await postgres_connection(tx).execute(statement, dict(params))
         return result.rowcount
-    except (SQLAlchemyError, psycopg.Error, OSError) as exc:
+    except (SQLAlchemyError, psycopg.Error, OSError, ValueError) as exc:
         raise translate(exc) from exc
 
 

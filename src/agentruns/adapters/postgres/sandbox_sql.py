@@ -42,17 +42,21 @@ WHERE id = :id AND {_LIVE} AND shutdown_at > clock.now
 FOR UPDATE OF agent_sandbox
 """)
 
+# A row's times keep their order (ck_agent_sandbox_*): the first call is never before the
+# request, and the last use never moves back nor passes the shutdown. Each statement decides on
+# its transaction's clock, which may have started before another call that locked the row first.
 MARK_READY = statement(f"""
 WITH clock AS (SELECT {NOW} AS now)
-UPDATE agent_sandbox SET state = 'ready', ready_at = clock.now
-FROM clock WHERE id = :id AND state = 'requested'
+UPDATE agent_sandbox SET state = 'ready', ready_at = GREATEST(clock.now, requested_at)
+FROM clock WHERE id = :id AND state = 'requested' AND shutdown_at > clock.now
 RETURNING {SANDBOX_COLUMNS}
 """)
 
 TOUCH = statement(f"""
 WITH clock AS (SELECT {NOW} AS now)
-UPDATE agent_sandbox SET last_used_at = clock.now
-FROM clock WHERE id = :id AND {_LIVE}
+UPDATE agent_sandbox SET last_used_at = GREATEST(clock.now, ready_at, last_used_at)
+FROM clock
+WHERE id = :id AND state = 'ready' AND shutdown_at > clock.now
 RETURNING {SANDBOX_COLUMNS}
 """)
 

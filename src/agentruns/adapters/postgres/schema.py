@@ -1,6 +1,8 @@
 """The tables as SQLAlchemy Core metadata: what the migrations must build (a test compares them).
 
 Triggers and functions are not metadata; the migration owns them and the trigger tests hold them.
+Most rules of ``agent_run`` live in its guard trigger, not in CHECK constraints, because the
+executor prepares a table's CHECK expressions again for every statement (ADRs/0016).
 """
 
 from __future__ import annotations
@@ -211,6 +213,17 @@ agent_sandbox = Table(
     Column("conversation", Boolean, nullable=False, server_default=text("false")),
     CheckConstraint("state IN ('requested', 'ready', 'deleting')", name="ck_agent_sandbox_state"),
     CheckConstraint("state <> 'ready' OR ready_at IS NOT NULL", name="ck_agent_sandbox_ready"),
+    # A sandbox's times keep their order (migrations/versions/0004_fence_guards.py).
+    CheckConstraint("shutdown_at > requested_at", name="ck_agent_sandbox_shutdown"),
+    CheckConstraint(
+        "ready_at IS NULL OR (ready_at >= requested_at AND ready_at <= shutdown_at)",
+        name="ck_agent_sandbox_ready_at",
+    ),
+    CheckConstraint(
+        "last_used_at IS NULL OR (ready_at IS NOT NULL AND last_used_at >= ready_at "
+        "AND last_used_at <= shutdown_at)",
+        name="ck_agent_sandbox_last_used",
+    ),
     UniqueConstraint("claim_name", name="uq_agent_sandbox_claim_name"),
 )
 Index(

@@ -184,8 +184,8 @@ w AS (
         AS w(id, epoch, retry_budget, delay, error_type, message, failure_class, traceback)
 ),
 due AS (
-    SELECT r.id, r.epoch, r.attempt, r.holder, w.retry_budget, w.delay, w.error_type,
-           w.message, w.failure_class, w.traceback
+    SELECT r.id, r.epoch AS was_epoch, r.attempt AS was_attempt, r.holder AS was_holder,
+           w.retry_budget, w.delay, w.error_type, w.message, w.failure_class, w.traceback
     FROM w CROSS JOIN LATERAL (
         SELECT r.id, r.epoch, r.attempt, r.holder FROM agent_run r, clock
         WHERE r.id = w.id AND r.epoch = w.epoch AND r.state = 'leased'
@@ -207,7 +207,7 @@ taken AS (
 recorded AS (
     INSERT INTO agent_run_failure (run_id, epoch, attempt, holder, error_type, message,
                                    failure_class, traceback, recorded_at)
-    SELECT due.id, due.epoch, due.attempt, due.holder, due.error_type, due.message,
+    SELECT due.id, due.was_epoch, due.was_attempt, due.was_holder, due.error_type, due.message,
            due.failure_class, due.traceback, clock.now
     FROM due JOIN taken ON taken.id = due.id, clock
     WHERE due.error_type IS NOT NULL

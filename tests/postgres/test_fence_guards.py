@@ -1,0 +1,406 @@
+"""The schema enforces the fence on its own: every illegal write, by raw SQL, is refused by name.
+
+Each row of :data:`ILLEGAL` meets a run in a given state (through legal raw writes), tries one
+write that no writer of agentruns makes, and expects the constraint or trigger that refuses it;
+the run, its events and its review job are unchanged afterwards. The legal raw writes around it
+are accepted (the last tests), so the guards refuse exactly what they should.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from uuid import UUID, uuid4
+
+import psycopg
+import pytest
+from psycopg import errors
+
+from agentruns.adapters.postgres.migrate import MigrationChain
+from agentruns.testing import PostgresTestServer
+
+pytestmark = pytest.mark.postgres
+
+Db = psycopg.Connection[tuple[object, ...]]
+
+INSERT = """
+INSERT INTO agent_run (id, kind, workspace, subject, band, payload, state, epoch, attempt,
+                       enqueued_at, due_at, lease)
+VALUES (%(run)s, 'review', 'acme', %(subject)s, 1, '{"n": 1}', 'queued', 0, 0, now(), now(),
+        interval '30 seconds')
+"""
+CLAIM = (
+    "UPDATE agent_run SET state = 'leased', epoch = epoch + 1, holder = 'w', "
+    "leased_until = now() + interval '30 seconds' WHERE id = %(run)s"
+)
+RENEW = "UPDATE agent_run SET leased_until = now() + interval '60 seconds' WHERE id = %(run)s"
+REQUEUE = (
+    "UPDATE agent_run SET state = 'queued', holder = NULL, leased_until = NULL WHERE id = %(run)s"
+)
+CHARGED_REQUEUE = (
+    "UPDATE agent_run SET state = 'queued', attempt = attempt + 1, holder = NULL, "
+    "leased_until = NULL WHERE id = %(run)s"
+)
+END = (
+    "UPDATE agent_run SET state = 'ended', end_reason = 'completed', ended_at = now(), "
+    "leased_until = NULL WHERE id = %(run)s"
+)
+EVENT = (
+    "INSERT INTO agent_run_event (run_id, seq, epoch, type, data, created_at) "
+    "SELECT %(run)s, COALESCE(max(seq), 0) + 1, {epoch}, 'step', '{{}}', now() "
+    "FROM agent_run_event WHERE run_id = %(run)s"
+)
+JOB = (
+    "INSERT INTO review_job (run_id, workspace, subject, status, attempt) "
+    "SELECT id, {workspace}, {subject}, {status}, {attempt} FROM agent_run WHERE id = %(run)s"
+)
+CURRENT = "(SELECT epoch FROM agent_run WHERE id = %(run)s)"
+
+
+def _job(
+    workspace: str = "workspace",
+    subject: str = "subject",
+    status: str = "'queued'",
+    attempt: str = "epoch",
+) -> str:
+    return JOB.format(workspace=workspace, subject=subject, status=status, attempt=attempt)
+
+
+# How a run is brought to the state an illegal write meets: legal writes only.
+STARTS = {
+    "queued": (),
+    "leased": (CLAIM, EVENT.format(epoch=CURRENT)),
+    "requeued": (CLAIM, CHARGED_REQUEUE),
+    "leased-again": (CLAIM, CHARGED_REQUEUE, CLAIM),
+    "ended": (CLAIM, EVENT.format(epoch=CURRENT), END),
+    "queued-job": (_job(),),
+}
+
+
+@dataclass(frozen=True)
+class Illegal:
+    start: str
+    write: str
+    refused_by: str
+
+
+ILLEGAL = {
+    # The epoch: a claim takes exactly the next one, and nothing else changes it.
+    "claim without an epoch increment": Illegal(
+        "queued",
+        "UPDATE agent_run SET state = 'leased', holder = 'w', "
+        "leased_until = now() + interval '30 seconds' WHERE id = %(run)s",
+        "guard_agent_run_epoch",
+    ),
+    "claim skipping an epoch": Illegal(
+        "queued", CLAIM.replace("epoch + 1", "epoch + 2"), "guard_agent_run_epoch"
+    ),
+    "lease, requeue, lease at one epoch": Illegal(
+        "requeued",
+        "UPDATE agent_run SET state = 'leased', holder = 'w2', "
+        "leased_until = now() + interval '30 seconds' WHERE id = %(run)s",
+        "guard_agent_run_epoch",
+    ),
+    "renewal that moves the epoch": Illegal(
+        "leased", RENEW.replace("SET ", "SET epoch = epoch + 1, "), "guard_agent_run_epoch"
+    ),
+    "epoch going back": Illegal(
+        "leased",
+        "UPDATE agent_run SET epoch = epoch - 1 WHERE id = %(run)s",
+        "guard_agent_run_epoch",
+    ),
+    "end that moves the epoch": Illegal(
+        "leased", END.replace("SET ", "SET epoch = epoch + 1, "), "guard_agent_run_epoch"
+    ),
+    "requeue that moves the epoch": Illegal(
+        "leased", REQUEUE.replace("SET ", "SET epoch = epoch + 1, "), "guard_agent_run_epoch"
+    ),
+    "cancel of a queued run that moves the epoch": Illegal(
+        "queued", END.replace("SET ", "SET epoch = epoch + 1, "), "guard_agent_run_epoch"
+    ),
+    # The holder changes only with a claim.
+    "holder change at the same epoch": Illegal(
+        "leased",
+        "UPDATE agent_run SET holder = 'thief' WHERE id = %(run)s",
+        "guard_agent_run_holder",
+    ),
+    "holder change on an end": Illegal(
+        "leased", END.replace("SET ", "SET holder = 'thief', "), "guard_agent_run_holder"
+    ),
+    # Attempts are spent only by a lease going back to the queue, one at a time.
+    "attempt going backwards": Illegal(
+        "leased-again",
+        "UPDATE agent_run SET attempt = attempt - 1 WHERE id = %(run)s",
+        "guard_agent_run_attempt",
+    ),
+    "attempt spent by a renewal": Illegal(
+        "leased", RENEW.replace("SET ", "SET attempt = attempt + 1, "), "guard_agent_run_attempt"
+    ),
+    "two attempts spent by one requeue": Illegal(
+        "leased",
+        REQUEUE.replace("SET ", "SET attempt = attempt + 2, "),
+        "guard_agent_run_attempt",
+    ),
+    "attempt spent by an end": Illegal(
+        "leased", END.replace("SET ", "SET attempt = attempt + 1, "), "guard_agent_run_attempt"
+    ),
+    # An ended run: a known reason, its end time, no lease.
+    "end with an unknown reason": Illegal(
+        "leased", END.replace("'completed'", "'vanished'"), "guard_agent_run_reason"
+    ),
+    "end without ended_at": Illegal(
+        "leased", END.replace("ended_at = now()", "ended_at = NULL"), "guard_agent_run_ended"
+    ),
+    "end keeping leased_until": Illegal(
+        "leased", END.replace(", leased_until = NULL", ""), "guard_agent_run_ended"
+    ),
+    "end without a reason": Illegal(
+        "leased", END.replace("'completed'", "NULL"), "guard_agent_run_ended"
+    ),
+    # A leased run has a holder and a lease; a queued one neither.
+    "claim without a holder": Illegal(
+        "queued", CLAIM.replace("holder = 'w'", "holder = NULL"), "guard_agent_run_leased"
+    ),
+    "claim without leased_until": Illegal(
+        "queued",
+        "UPDATE agent_run SET state = 'leased', epoch = epoch + 1, holder = 'w' WHERE id = %(run)s",
+        "guard_agent_run_leased",
+    ),
+    "requeue keeping the holder": Illegal(
+        "leased", REQUEUE.replace("holder = NULL, ", ""), "guard_agent_run_queued"
+    ),
+    "requeue keeping leased_until": Illegal(
+        "leased", REQUEUE.replace(", leased_until = NULL", ""), "guard_agent_run_queued"
+    ),
+    # A queued run is only claimed or ended (QUEUED -> QUEUED is no move of the state table).
+    "queued run given a holder": Illegal(
+        "queued", "UPDATE agent_run SET holder = 'w' WHERE id = %(run)s", "guard_agent_run"
+    ),
+    "queued run given an end reason": Illegal(
+        "queued",
+        "UPDATE agent_run SET end_reason = 'completed' WHERE id = %(run)s",
+        "guard_agent_run",
+    ),
+    "queued run's payload rewritten": Illegal(
+        "queued",
+        """UPDATE agent_run SET payload = '{"n": 2}' WHERE id = %(run)s""",
+        "guard_agent_run",
+    ),
+    # A lease is positive.
+    "run inserted with a negative lease": Illegal(
+        "queued",
+        INSERT.replace("interval '30 seconds'", "interval '-30 seconds'").replace(
+            "%(run)s", "gen_random_uuid()"
+        ),
+        "guard_agent_run_lease",
+    ),
+    "run inserted with a zero lease": Illegal(
+        "queued",
+        INSERT.replace("interval '30 seconds'", "interval '0'").replace(
+            "%(run)s", "gen_random_uuid()"
+        ),
+        "guard_agent_run_lease",
+    ),
+    "run inserted with a holder": Illegal(
+        "queued",
+        INSERT.replace("%(run)s", "gen_random_uuid()")
+        .replace("lease)", "lease, holder)")
+        .replace("interval '30 seconds')", "interval '30 seconds', 'w')"),
+        "guard_agent_run_queued",
+    ),
+    # Only ended runs are deleted (retention).
+    "delete of a queued run": Illegal(
+        "queued", "DELETE FROM agent_run WHERE id = %(run)s", "guard_agent_run_delete"
+    ),
+    "delete of a leased run": Illegal(
+        "leased", "DELETE FROM agent_run WHERE id = %(run)s", "guard_agent_run_delete"
+    ),
+    # What the holder leased stays as it was leased.
+    **{
+        f"{column} change on a leased run": Illegal(
+            "leased",
+            f"UPDATE agent_run SET {column} = {value} WHERE id = %(run)s",
+            "guard_agent_run_frozen",
+        )
+        for column, value in (
+            ("payload", """'{"n": 2}'"""),
+            ("band", "0"),
+            ("seq", "seq + 1000"),
+            ("enqueued_at", "enqueued_at - interval '1 hour'"),
+            ("lease", "interval '1 hour'"),
+            ("deadline_at", "now() + interval '1 day'"),
+            ("continues", "gen_random_uuid()"),
+        )
+    },
+    "claim that rewrites the payload": Illegal(
+        "queued",
+        CLAIM.replace("SET ", """SET payload = '{"n": 2}', """),
+        "guard_agent_run_frozen",
+    ),
+    "cancel that lowers the band": Illegal(
+        "queued", END.replace("SET ", "SET band = 2, "), "guard_agent_run_frozen"
+    ),
+    # The state table and identity, as 0001 already refused them.
+    "run inserted leased": Illegal(
+        "queued",
+        INSERT.replace("'queued'", "'leased'").replace("%(run)s", "gen_random_uuid()"),
+        "guard_agent_run",
+    ),
+    "ended run requeued": Illegal("ended", REQUEUE, "guard_agent_run"),
+    "ended run claimed": Illegal("ended", CLAIM, "guard_agent_run"),
+    "workspace change": Illegal(
+        "queued", "UPDATE agent_run SET workspace = 'globex' WHERE id = %(run)s", "guard_agent_run"
+    ),
+    # Events: appended only to a leased run at its current epoch, never rewritten or removed.
+    "event of an older epoch": Illegal(
+        "leased", EVENT.format(epoch=f"{CURRENT} - 1"), "guard_agent_run_event"
+    ),
+    "event of a later epoch": Illegal(
+        "leased", EVENT.format(epoch=f"{CURRENT} + 1"), "guard_agent_run_event"
+    ),
+    "event appended to an ended run": Illegal(
+        "ended", EVENT.format(epoch=CURRENT), "guard_agent_run_event"
+    ),
+    "event appended to a queued run": Illegal(
+        "requeued", EVENT.format(epoch=CURRENT), "guard_agent_run_event"
+    ),
+    "stale event appended by a statement with a CTE": Illegal(
+        "leased",
+        "WITH added AS ("
+        + EVENT.format(epoch=f"{CURRENT} - 1")
+        + " RETURNING seq) SELECT * FROM added",
+        "guard_agent_run_event",
+    ),
+    "stale event among good ones": Illegal(
+        "leased",
+        "INSERT INTO agent_run_event (run_id, seq, epoch, type, data, created_at) "
+        f"SELECT %(run)s, 100 + n, {CURRENT} - (n = 3)::integer, 'step', '{{}}', now() "
+        "FROM generate_series(1, 5) AS n",
+        "guard_agent_run_event",
+    ),
+    "event rewritten": Illegal(
+        "leased",
+        """UPDATE agent_run_event SET data = '{"forged": true}' WHERE run_id = %(run)s""",
+        "guard_agent_run_event",
+    ),
+    "event moved to another epoch": Illegal(
+        "leased",
+        "UPDATE agent_run_event SET epoch = epoch + 1 WHERE run_id = %(run)s",
+        "guard_agent_run_event",
+    ),
+    "event deleted from a leased run": Illegal(
+        "leased", "DELETE FROM agent_run_event WHERE run_id = %(run)s", "guard_agent_run_event"
+    ),
+    # A review job agrees with its run: state, workspace, subject and attempt.
+    "review job of another workspace": Illegal(
+        "queued", _job(workspace="'globex'"), "review_job_run_agrees"
+    ),
+    "review job of another subject": Illegal(
+        "queued", _job(subject="'review:other'"), "review_job_run_agrees"
+    ),
+    "review job at another attempt": Illegal(
+        "queued", _job(attempt="epoch + 1"), "review_job_run_agrees"
+    ),
+    "review job running while its run waits": Illegal(
+        "queued", _job(status="'running'"), "review_job_run_agrees"
+    ),
+    "review job moved to another workspace": Illegal(
+        "queued-job",
+        "UPDATE review_job SET workspace = 'globex' WHERE run_id = %(run)s",
+        "review_job_run_agrees",
+    ),
+    "run claimed without its review job": Illegal("queued-job", CLAIM, "review_job_run_agrees"),
+}
+
+
+@pytest.fixture(scope="module")
+def db(
+    agentruns_server: PostgresTestServer, agentruns_migrations: Sequence[MigrationChain]
+) -> Iterator[Db]:
+    """One database for the module (with the review example's chain, as every test database):
+    each case writes a run of its own, and a refused write leaves it as it was."""
+    with (
+        agentruns_server.database(agentruns_migrations) as url,
+        psycopg.connect(url, autocommit=True) as connection,
+    ):
+        yield connection
+
+
+def _start(db: Db, start: str) -> UUID:
+    run = uuid4()
+    params = {"run": run, "subject": f"review:{run}"}
+    db.execute(INSERT, params)
+    for write in STARTS[start]:
+        db.execute(write, params)
+    return run
+
+
+def _snapshot(db: Db, run: UUID) -> tuple[object, ...]:
+    params = {"run": run}
+    return (
+        db.execute("SELECT * FROM agent_run WHERE id = %(run)s", params).fetchall(),
+        db.execute(
+            "SELECT * FROM agent_run_event WHERE run_id = %(run)s ORDER BY seq", params
+        ).fetchall(),
+        db.execute("SELECT * FROM review_job WHERE run_id = %(run)s", params).fetchall(),
+        db.execute("SELECT count(*) FROM agent_run").fetchall(),
+        db.execute("SELECT count(*) FROM agent_run_event").fetchall(),
+    )
+
+
+@pytest.mark.parametrize("case", list(ILLEGAL.values()), ids=list(ILLEGAL))
+def test_every_illegal_write_is_refused_by_name(db: Db, case: Illegal) -> None:
+    run = _start(db, case.start)
+    before = _snapshot(db, run)
+    with pytest.raises(errors.CheckViolation) as refused, db.transaction():
+        # In a transaction, so that the deferred review-job check runs at its commit.
+        db.execute(case.write, {"run": run, "subject": f"review:{run}"})
+    assert refused.value.diag.constraint_name == case.refused_by
+    assert _snapshot(db, run) == before
+
+
+def test_the_legal_raw_writes_are_accepted(db: Db) -> None:
+    """Claim, renew, append at the current epoch, requeue (charged or not), claim again, end,
+    and purge with the events: the moves the adapter makes all pass the guards."""
+    run = _start(db, "queued")
+    params = {"run": run}
+    for write in (CLAIM, RENEW, EVENT.format(epoch=CURRENT), REQUEUE, CLAIM, CHARGED_REQUEUE):
+        db.execute(write, params)
+    for write in (CLAIM, EVENT.format(epoch=CURRENT), END):
+        db.execute(write, params)
+    row = db.execute("SELECT epoch, attempt, holder FROM agent_run WHERE id = %(run)s", params)
+    assert row.fetchone() == (3, 1, "w")
+    events = db.execute("SELECT seq, epoch FROM agent_run_event WHERE run_id = %(run)s", params)
+    assert events.fetchall() == [(1, 1), (2, 3)]
+    db.execute("DELETE FROM agent_run WHERE id = %(run)s", params)
+    assert db.execute(
+        "SELECT count(*) FROM agent_run_event WHERE run_id = %(run)s", params
+    ).fetchone() == (0,)
+
+
+def test_a_queued_run_may_be_cancelled_and_an_ended_runs_events_trimmed(db: Db) -> None:
+    """QUEUED -> ENDED keeps the epoch and needs no holder; events of an ended run may go."""
+    queued = _start(db, "queued")
+    db.execute(END, {"run": queued})
+    ended = _start(db, "ended")
+    db.execute("DELETE FROM agent_run_event WHERE run_id = %(run)s", {"run": ended})
+    events = db.execute(
+        "SELECT count(*) FROM agent_run_event WHERE run_id = %(run)s", {"run": ended}
+    )
+    assert events.fetchone() == (0,)
+
+
+def test_a_review_job_that_follows_its_run_commits(db: Db) -> None:
+    """A job created with its run and moved with each claim and end agrees at every commit."""
+    run = _start(db, "queued-job")
+    params = {"run": run}
+    with db.transaction():
+        db.execute(CLAIM, params)
+        db.execute(
+            "UPDATE review_job SET status = 'running', attempt = 0 WHERE run_id = %(run)s", params
+        )
+    with db.transaction():
+        db.execute(END, params)
+        db.execute(
+            "UPDATE review_job SET status = 'ended', attempt = 1 WHERE run_id = %(run)s", params
+        )
