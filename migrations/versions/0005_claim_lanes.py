@@ -429,6 +429,7 @@ END
 $$;
 """
 
+
 # 0004's guard, plus the one same-state move a queued run makes: becoming its subject's head.
 def _guard() -> str:
     fenced = _revision("0004_fence_guards.py").GUARD
