@@ -1,8 +1,8 @@
 """Fast synthetic populations for the claim's plan test and its cost benchmark.
 
 Rows go in by one ``INSERT ... SELECT generate_series`` with the run triggers switched off for
-that statement, and the bookkeeping the triggers would have kept (one row per workspace and per
-subject) is then built by two set-based statements, exactly as the triggers define it.
+that statement, and the bookkeeping the triggers would have kept (each subject's head, each
+workspace's lane) is then built by set-based statements, exactly as the triggers define it.
 """
 
 from __future__ import annotations
@@ -11,7 +11,8 @@ import psycopg
 
 POPULATE = """
 INSERT INTO agent_run (id, kind, workspace, subject, band, payload, state, epoch, attempt, seq,
-                       enqueued_at, due_at, lease, leased_until, holder, end_reason, ended_at)
+                       enqueued_at, due_at, lease, leased_until, holder, end_reason, ended_at,
+                       head)
 SELECT gen_random_uuid(),
        CASE WHEN g %% 5 = 0 THEN 'review' ELSE 'chat' END,
        'ws-' || ((g %% %(subjects)s) %% %(workspaces)s),
@@ -26,23 +27,28 @@ SELECT gen_random_uuid(),
        CASE WHEN %(state)s = 'leased' THEN now() + interval '30 seconds' END,
        CASE WHEN %(state)s = 'leased' THEN 'bench' END,
        CASE WHEN %(state)s = 'ended' THEN 'completed' END,
-       CASE WHEN %(state)s = 'ended' THEN now() END
+       CASE WHEN %(state)s = 'ended' THEN now() END,
+       %(state)s = 'leased'
 FROM generate_series(1, %(count)s) AS g
 """
 
+# What the triggers would have kept: each subject's head (its leased run, else its first queued
+# run), a row per workspace, and every lane folded (ADRs/0017).
 BOOKKEEPING = """
+UPDATE agent_run r SET head = true
+FROM (SELECT DISTINCT ON (q.workspace, q.subject) q.id
+      FROM agent_run q
+      WHERE q.state = 'queued' AND NOT EXISTS (
+          SELECT 1 FROM agent_run l
+          WHERE l.workspace = q.workspace AND l.subject = q.subject AND l.state = 'leased')
+      ORDER BY q.workspace, q.subject, q.seq) h
+WHERE r.id = h.id;
 INSERT INTO agent_workspace (id) SELECT DISTINCT workspace FROM agent_run ON CONFLICT DO NOTHING;
-DELETE FROM agent_subject;
-INSERT INTO agent_subject (workspace, subject, head_run, head_kind, head_band, head_due_at,
-                           head_seq)
-SELECT DISTINCT ON (r.workspace, r.subject) r.workspace, r.subject, r.id, r.kind, r.band,
-       r.due_at, r.seq
-FROM agent_run r
-WHERE r.state = 'queued'
-  AND NOT EXISTS (SELECT 1 FROM agent_run l
-                  WHERE l.workspace = r.workspace AND l.subject = r.subject
-                    AND l.state = 'leased')
-ORDER BY r.workspace, r.subject, r.seq;
+INSERT INTO agent_workspace_delta (workspace, leased)
+SELECT w.id, (SELECT count(*) FROM agent_run r WHERE r.workspace = w.id AND r.state = 'leased')
+       - w.leased
+FROM agent_workspace w;
+SELECT agent_lane_fold();
 """
 
 

@@ -2,7 +2,7 @@
 that did not complete, and failed attempts by time.
 
 Revision ID: 0009_console_indexes
-Revises: 0004_fence_guards
+Revises: 0005_claim_lanes
 
 Each index on ``agent_run`` is partial on one state, so it is written only when a row version
 enters that state (an enqueue or a requeue for the queued ones, an end for the ended ones) and
@@ -18,7 +18,7 @@ from __future__ import annotations
 from alembic import op
 
 revision = "0009_console_indexes"
-down_revision = "0004_fence_guards"
+down_revision = "0005_claim_lanes"
 branch_labels = None
 depends_on = None
 
@@ -36,12 +36,8 @@ INDEXES = {
     "ix_agent_run_failure_recorded": "agent_run_failure (recorded_at)",
 }
 
-# Until the claim's revision lands on this chain: when the current epoch's claim took the run.
-CLAIMED_AT = "ALTER TABLE agent_run ADD COLUMN IF NOT EXISTS claimed_at timestamptz"
-
 
 def upgrade() -> None:
-    op.execute(CLAIMED_AT)
     for name, definition in INDEXES.items():
         op.execute(f"CREATE INDEX IF NOT EXISTS {name} ON {definition}")
 
@@ -49,4 +45,3 @@ def upgrade() -> None:
 def downgrade() -> None:
     for name in reversed(INDEXES):
         op.execute(f"DROP INDEX IF EXISTS {name}")
-    op.execute("ALTER TABLE agent_run DROP COLUMN IF EXISTS claimed_at")

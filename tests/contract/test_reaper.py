@@ -141,6 +141,10 @@ async def test_a_take_back_that_fails_is_skipped_and_the_others_go_on(
     seen_by_handler: list[AgentRunState] = []
 
     class Fragile(NoDomainRow):
+        @property
+        def has_domain_row(self) -> bool:
+            return True  # its take-back hook must run
+
         async def on_take_back(self, tx: Transaction, run: AgentRun, change: RunChange) -> None:
             seen_by_handler.append(run.state)
             if run.subject == "broken":
@@ -173,3 +177,36 @@ async def test_two_reapers_take_a_lease_back_once(
     reports = await asyncio.gather(first.tick(), second.tick())
     assert sum(report.taken_back for report in reports) == 1
     assert (await runs.get(run.id)).attempt == 1
+
+
+async def test_expired_leases_of_kinds_without_a_domain_row_are_taken_back_as_a_batch(
+    runs: AgentRuns, kinds: RunKinds, backend: Backend, rng: random.Random
+) -> None:
+    """One tick takes back a whole batch: each run requeued once, or ended at its budget."""
+    enqueued = [
+        await runs.enqueue("chat", workspace=f"ws-{n % 3}", subject=f"s-{n}") for n in range(30)
+    ]
+    assert len(await runs.claim("w", limit=30)) == 30
+    backend.clock.advance(LEASE)
+    report = await AgentRunReaper(backend.stores, kinds, rng, batch=100).tick()
+    assert (report.taken_back, report.requeued, report.lost_races) == (30, 30, 0)
+    for run in enqueued:
+        after = await runs.get(run.id)
+        assert (after.state, after.attempt, after.holder) == (AgentRunState.QUEUED, 1, None)
+        assert after.due_at > backend.clock.now()  # after the kind's backoff
+
+
+async def test_a_renewal_that_committed_first_keeps_its_run_out_of_the_batch(
+    runs: AgentRuns, kinds: RunKinds, backend: Backend, rng: random.Random
+) -> None:
+    """The batch is conditional per row: a run renewed before the take-back stays leased."""
+    for n in range(3):
+        await runs.enqueue("chat", workspace="acme", subject=f"s-{n}")
+    claimed = await runs.claim("w", limit=3)
+    backend.clock.advance(LEASE - timedelta(seconds=1))
+    kept = claimed[1]
+    await runs.renew(kept.fence)
+    backend.clock.advance(timedelta(seconds=1))
+    report = await AgentRunReaper(backend.stores, kinds, rng).tick()
+    assert report.taken_back == 2
+    assert (await runs.get(kept.id)).state is AgentRunState.LEASED

@@ -28,7 +28,8 @@ WHERE id = %s
 """
 
 RESET = """
-TRUNCATE agent_run, agent_run_event, agent_run_failure, review_job, agent_subject, agent_workspace,
+TRUNCATE agent_run, agent_run_event, agent_run_failure, review_job, agent_workspace,
+         agent_workspace_delta,
          agent_budget_hold
 """
 
@@ -36,9 +37,15 @@ TRUNCATE agent_run, agent_run_event, agent_run_failure, review_job, agent_subjec
 def write_runs(
     connection: psycopg.Connection[tuple[object, ...]], runs: Iterable[AgentRun]
 ) -> None:
-    """Write ``runs`` exactly as given (queue order included), through the legal transitions."""
+    """Write ``runs`` exactly as given (queue order included), through the legal transitions.
+
+    A subject's head is the run inserted first while it has none, so the ended runs go in
+    first (each ended before the next), then the leased ones (each its subject's
+    head), then the queued ones: the subject's leased run is its head whatever its place in
+    the queue order, as it would be had it been claimed."""
+    ordered = sorted(runs, key=lambda run: (_WRITE_ORDER[run.state], run.seq))
     with connection.cursor() as cursor:
-        for run in runs:
+        for run in ordered:
             cursor.execute(
                 INSERT,
                 (
@@ -57,9 +64,11 @@ def write_runs(
                     run.deadline_at,
                 ),
             )
-        for run in runs:
             if run.state is AgentRunState.LEASED:
                 cursor.execute(LEASE, (run.leased_until, run.holder or "holder", run.id))
             elif run.state is AgentRunState.ENDED:
                 reason = run.end_reason.value if run.end_reason else "completed"
                 cursor.execute(END, (reason, run.ended_at or run.due_at, run.id))
+
+
+_WRITE_ORDER = {AgentRunState.ENDED: 0, AgentRunState.LEASED: 1, AgentRunState.QUEUED: 2}

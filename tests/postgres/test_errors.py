@@ -67,7 +67,7 @@ async def test_a_second_leased_run_of_a_subject_is_an_illegal_transition(
             await stores.runs.insert(tx, _new_run())
             second = await stores.runs.insert(tx, _new_run())
             await stores.runs.claim(tx, ClaimRequest(holder="w"))
-        with pytest.raises(IllegalTransition, match="at most one run of a subject"):
+        with pytest.raises(IllegalTransition, match="a leased run is its subject's head"):
             async with stores.scope.transaction() as tx:
                 await execute(
                     tx,

@@ -97,11 +97,27 @@ def test_a_run_is_inserted_queued(db: psycopg.Connection[tuple[object, ...]]) ->
 def test_two_leased_runs_of_one_subject_are_refused(
     db: psycopg.Connection[tuple[object, ...]],
 ) -> None:
+    """Only a subject's head may be leased, and a subject has one head."""
     _run(db, "leased", "same")
     second = _run(db, "queued", "same")
+    assert _refused(db, LEASE, second) == "ck_agent_run_head"
     with pytest.raises(errors.UniqueViolation) as refused:
-        db.execute(LEASE, (second,))
-    assert refused.value.diag.constraint_name == "uq_agent_run_leased_subject"
+        db.execute("UPDATE agent_run SET head = true WHERE id = %s", (second,))
+    assert refused.value.diag.constraint_name == "uq_agent_run_head"
+
+
+def test_a_head_that_ends_hands_its_subject_to_the_next_waiting_run(
+    db: psycopg.Connection[tuple[object, ...]],
+) -> None:
+    """Ended by raw SQL that never names the head, the subject still moves on in queue order."""
+    first = _run(db, "leased", "same")
+    second = _run(db, "queued", "same")
+    third = _run(db, "queued", "same")
+    db.execute(END, (first,))
+    heads = db.execute(
+        "SELECT id::text, head FROM agent_run WHERE subject = 'same' ORDER BY seq"
+    ).fetchall()
+    assert heads == [(first, False), (second, True), (third, False)]
 
 
 JOB = (

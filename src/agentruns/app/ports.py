@@ -120,12 +120,14 @@ class RunQuery:
 
 @dataclass(frozen=True, slots=True)
 class TakeBack:
-    """How the reaper takes back one expired lease: the kind's budget and this backoff delay."""
+    """How the reaper takes back one expired lease: the kind's budget and this backoff delay;
+    with ``failure``, the failed attempt recorded with it (``take_back_many`` writes both)."""
 
     run_id: UUID
     epoch: int
     retry_budget: int
     delay: timedelta
+    failure: FailureDetail | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -241,6 +243,14 @@ class RunStore(Protocol):
     async def take_back(self, tx: Transaction, take_back: TakeBack) -> AgentRun | None:
         """Apply the domain's take-back if the run is still LEASED at ``take_back.epoch`` and
         expired; ``None`` (nothing written) when a renewal or another replica won."""
+        ...
+
+    async def take_back_many(
+        self, tx: Transaction, take_backs: Sequence[TakeBack]
+    ) -> list[AgentRun]:
+        """:meth:`take_back` for many runs at once, set-based (runs of kinds without a domain
+        row): each still conditional on its epoch and expiry, so a renewal that committed first
+        wins. The runs taken back, in no particular order; one that lost is not among them."""
         ...
 
     async def overdue(

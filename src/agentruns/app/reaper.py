@@ -1,10 +1,14 @@
 """``AgentRunReaper``: takes back expired leases and ends overdue runs, on every replica.
 
-No leader: replicas share the work because the store lists expired leases with ``SKIP LOCKED``
-and each take-back is one conditional write in its own transaction. For each expired lease the
-kind's handler locks its domain row, moves it while the run still reads as its lost holder left
-it, and then the run is taken back; if a renewal or another replica won meanwhile, the
-transaction rolls back. A take-back that fails is skipped until the next tick.
+No leader: replicas share the work because the store lists expired leases with ``SKIP LOCKED``.
+Runs of kinds without a domain row (``handler.has_domain_row``) are taken back set-based: the
+batch is listed and written in one transaction that keeps its rows locked, so another replica
+takes the next ones, and each row is still conditional on its epoch and expiry, so a renewal
+that committed first wins (ADRs/0017). For a kind with a domain row, each take-back is one
+conditional write in its own transaction: the kind's handler locks its domain row, moves it
+while the run still reads as its lost holder left it, and then the run is taken back; if a
+renewal or another replica won meanwhile, the transaction rolls back. A take-back that fails is
+skipped until the next tick.
 
 A reaper takes back only the kinds it knows: a run of another kind is left for a replica that
 knows it (only its handler may move its domain row), and the reaper says so once per
@@ -35,6 +39,14 @@ log = logging.getLogger("agentruns.reaper")
 
 class _Lost(Exception):
     """A renewal or another replica won: roll the take-back's transaction back."""
+
+
+@dataclass(slots=True)
+class _Counts:
+    requeued: int = 0
+    ended: int = 0
+    lost: int = 0
+    failed: int = 0
 
 
 @dataclass(frozen=True, slots=True)
@@ -73,28 +85,40 @@ class AgentRunReaper:
         once per ``orphan_log_every``, a warning per unknown kind with expired leases."""
         known = self._kinds.names()
         orphaned = 0
-        async with self._stores.scope.transaction() as tx:
-            expired = await self._stores.runs.expired(tx, self._batch, kinds=known)
-            now = await self._stores.runs.now(tx)
-            if self._next_orphan_check is None or now >= self._next_orphan_check:
-                self._next_orphan_check = now + self._orphan_log_every
-                orphaned = await self._orphans(tx, known)
-        requeued = ended = lost = failed = 0
+        counts = _Counts()
+        taken: list[AgentRun] = []
+        bulk: list[AgentRun] = []
+        try:
+            async with self._stores.scope.transaction() as tx:
+                # The listed rows stay locked until the batch is written: another replica skips
+                # them and takes the next ones.
+                expired = await self._stores.runs.expired(tx, self._batch, kinds=known)
+                now = await self._stores.runs.now(tx)
+                if self._next_orphan_check is None or now >= self._next_orphan_check:
+                    self._next_orphan_check = now + self._orphan_log_every
+                    orphaned = await self._orphans(tx, known)
+                bulk = [run for run in expired if not self._has_domain_row(run)]
+                taken = await self._take_back_many(tx, bulk)
+        except Exception:
+            if not bulk:
+                raise  # the listing itself failed: the tick fails, as it always did
+            counts.failed += len(bulk)  # the whole batch waits for the next tick
+            log.exception("set-based take-back failed; retried on the next tick")
+        else:
+            counts.lost += len(bulk) - len(taken)
+        for after in taken:
+            self._count(counts, after)
         for run in expired:
+            if not self._has_domain_row(run):
+                continue
             try:
                 async with self._stores.scope.transaction() as tx:
                     after = await self._take_back(tx, run)
-                if after.state is AgentRunState.QUEUED:
-                    requeued += 1
-                else:
-                    ended += 1
-                    if after.end_reason is not None:
-                        self._metrics.ended(after.kind, after.end_reason)
-                self._metrics.taken_back(after.kind, after.state is AgentRunState.QUEUED)
+                self._count(counts, after)
             except _Lost:
-                lost += 1
+                counts.lost += 1
             except Exception:  # skipped until the next tick; the others go on
-                failed += 1
+                counts.failed += 1
                 log.exception("take-back failed", extra=_context(run))
         async with self._stores.scope.transaction() as tx:
             overdue = await self._stores.runs.overdue(tx, self._batch, kinds=known)
@@ -106,17 +130,48 @@ class AgentRunReaper:
                         overdue_ended += 1
                         self._metrics.ended(run.kind, TerminationReason.DEADLINE_EXCEEDED)
             except Exception:
-                failed += 1
+                counts.failed += 1
                 log.exception("ending an overdue run failed", extra=_context(run))
         return ReapReport(
-            taken_back=requeued + ended,
-            requeued=requeued,
-            ended=ended,
+            taken_back=counts.requeued + counts.ended,
+            requeued=counts.requeued,
+            ended=counts.ended,
             overdue_ended=overdue_ended,
-            lost_races=lost,
-            failed=failed,
+            lost_races=counts.lost,
+            failed=counts.failed,
             orphaned=orphaned,
         )
+
+    def _count(self, counts: _Counts, after: AgentRun) -> None:
+        if after.state is AgentRunState.QUEUED:
+            counts.requeued += 1
+        else:
+            counts.ended += 1
+            if after.end_reason is not None:
+                self._metrics.ended(after.kind, after.end_reason)
+        self._metrics.taken_back(after.kind, after.state is AgentRunState.QUEUED)
+
+    def _has_domain_row(self, run: AgentRun) -> bool:
+        """Whether the run's kind keeps a domain row, whose handler hooks the one-run path runs;
+        a kind without one is taken back set-based. (Expired runs are of known kinds.)"""
+        return self._kinds.get(run.kind).handler.has_domain_row
+
+    async def _take_back_many(self, tx: Transaction, runs: list[AgentRun]) -> list[AgentRun]:
+        """One statement for the batch, each run's failed attempt recorded with it; each run's
+        delay drawn as the one-run path draws it."""
+        if not runs:
+            return []
+        take_backs = []
+        for run in runs:
+            policy = self._kinds.get(run.kind).policy
+            delay = policy.backoff.delay(run.attempt + 1, self._rng)
+            take_backs.append(
+                TakeBack(run.id, run.epoch, policy.retry_budget, delay, failure=_expired(run))
+            )
+        taken = await self._stores.runs.take_back_many(tx, take_backs)
+        for after in taken:
+            log.info("lease taken back", extra={**_context(after), "to": str(after.state)})
+        return taken
 
     async def _orphans(self, tx: Transaction, known: list[str]) -> int:
         counted = await self._stores.runs.expired_kinds(tx, known)

@@ -214,6 +214,24 @@ class MemoryRunStore(RunStore):
         )
         return self._write(tx, run.apply(change))
 
+    async def take_back_many(
+        self, tx: Transaction, take_backs: Sequence[TakeBack]
+    ) -> list[AgentRun]:
+        taken: list[AgentRun] = []
+        now = self._clock.now()
+        for take_back in take_backs:
+            run = self.rows.get(take_back.run_id)
+            if run is None or run.epoch != take_back.epoch or not run.is_expired(now):
+                continue  # a renewal or another replica won: nothing written for it
+            if take_back.failure is not None:
+                await self.record_failure(
+                    tx, NewFailure(take_back.run_id, take_back.epoch, take_back.failure)
+                )
+            after = await self.take_back(tx, take_back)
+            if after is not None:
+                taken.append(after)
+        return taken
+
     async def overdue(
         self, tx: Transaction, limit: int, kinds: Sequence[str] | None = None
     ) -> list[AgentRun]:

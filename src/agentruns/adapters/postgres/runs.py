@@ -47,11 +47,9 @@ from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
 
-# Candidates ranked beyond the limit, so claimers racing for the same first heads (each skips
-# the rows another holds locked) still fill their batch.
+# Candidates a kinds-restricted claim ranks beyond its limit, so claimers racing for the same
+# first heads (each skips the rows another holds locked) still fill their batch.
 CLAIM_MARGIN = 8
-# How far down the order a claim looks when other claimers hold the candidates ahead.
-MAX_POOL = 4096
 
 
 def run_from_row(row: RowMapping) -> AgentRun:
@@ -79,7 +77,8 @@ def run_from_row(row: RowMapping) -> AgentRun:
         domain_row=row["domain_row"],
         trace_context=row["trace_context"],
         last_failure=_last_failure(row),
-        claimed_at=row["claimed_at"],
+        # The claim function (0005) returns its own column list, without it.
+        claimed_at=row.get("claimed_at"),
     )
 
 
@@ -115,6 +114,14 @@ def _kinds(kinds: Sequence[str] | None) -> list[str] | None:
 def _claim_key(row: RowMapping) -> tuple[int, int, datetime, int]:
     """The claim order of a claimed row, as the statement ranked it."""
     return (row["claim_band"], row["claim_load"], row["due_at"], row["seq"])
+
+
+def _failure(take_back: TakeBack, field: str) -> str | None:
+    """One field of the failed attempt a take-back records, as text (``None``: none)."""
+    if take_back.failure is None:
+        return None
+    value = getattr(take_back.failure, field)
+    return str(value.value if field == "failure_class" else value)
 
 
 def _fence_params(fence: AgentRunFence) -> dict[str, Any]:
@@ -214,35 +221,33 @@ class PostgresRunStore(RunStore):
     async def claim(self, tx: Tx, request: ClaimRequest) -> list[AgentRun]:
         if request.limit <= 0:
             return []
-        params = self._params(
-            holder=request.holder,
-            aging=request.band_aging,
-            kinds=None if request.kinds is None else list(request.kinds),
-        )
+        params = self._params(holder=request.holder, aging=request.band_aging)
         if request.subject is not None:
+            workspace, subject = request.subject
             rows = await fetch(
                 tx,
                 sql.CLAIM_SUBJECT,
                 {
                     **params,
-                    "workspace": request.subject[0],
-                    "subject": request.subject[1],
-                    "limit": 1,
+                    "workspace": workspace,
+                    "subject": subject,
+                    "kinds": None if request.kinds is None else list(request.kinds),
                 },
             )
-            return [run_from_row(row) for row in rows if row["id"] is not None]
-        claimed: list[RowMapping] = []
-        pool = request.limit + CLAIM_MARGIN
-        while True:
-            wanted = request.limit - len(claimed)
-            rows = await fetch(tx, sql.CLAIM, {**params, "limit": wanted, "pool": pool})
-            claimed.extend(sorted((row for row in rows if row["id"] is not None), key=_claim_key))
-            # Every ranked candidate was seen (fewer than the pool), or the batch is full: done.
-            # Else other claimers held the candidates this pool ranked: look further down.
-            if len(claimed) >= request.limit or rows[0]["offered"] < pool or pool >= MAX_POOL:
-                break
-            pool *= 4
-        return [run_from_row(row) for row in claimed]
+        elif request.kinds is not None:
+            rows = await fetch(
+                tx,
+                sql.CLAIM_KINDS,
+                {
+                    **params,
+                    "kinds": list(request.kinds),
+                    "limit": request.limit,
+                    "pool": request.limit * 4 + CLAIM_MARGIN,
+                },
+            )
+        else:
+            rows = await fetch(tx, sql.CLAIM, {**params, "limit": request.limit})
+        return [run_from_row(row) for row in sorted(rows, key=_claim_key)]
 
     async def require_current(self, tx: Tx, fence: AgentRunFence) -> AgentRun:
         run = await self._one(tx, sql.REQUIRE_CURRENT, **_fence_params(fence))
@@ -343,6 +348,22 @@ class PostgresRunStore(RunStore):
             epoch=take_back.epoch,
             retry_budget=take_back.retry_budget,
             delay=take_back.delay,
+        )
+
+    async def take_back_many(self, tx: Tx, take_backs: Sequence[TakeBack]) -> list[AgentRun]:
+        if not take_backs:
+            return []
+        return await self._many(
+            tx,
+            sql.TAKE_BACK_MANY,
+            ids=[take_back.run_id for take_back in take_backs],
+            epochs=[take_back.epoch for take_back in take_backs],
+            budgets=[take_back.retry_budget for take_back in take_backs],
+            delays=[take_back.delay for take_back in take_backs],
+            error_types=[_failure(take_back, "error_type") for take_back in take_backs],
+            messages=[_failure(take_back, "message") for take_back in take_backs],
+            failure_classes=[_failure(take_back, "failure_class") for take_back in take_backs],
+            tracebacks=[_failure(take_back, "traceback") for take_back in take_backs],
         )
 
     async def overdue(

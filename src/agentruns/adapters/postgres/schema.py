@@ -33,11 +33,38 @@ metadata = MetaData()
 
 TZ = DateTime(timezone=True)
 
+# A workspace's row is its lane (ADRs/0017): its leased runs and the first offered head of each
+# band, indexed in claim order per band. Claims keep it; everything else goes through the
+# ledger agent_workspace_delta, which the next claim folds in.
 agent_workspace = Table(
     "agent_workspace",
     metadata,
     Column("id", Text, primary_key=True),
     Column("active", Boolean, nullable=False, server_default=text("true")),
+    Column("leased", Integer, nullable=False, server_default=text("0")),
+    Column("h0_due", TZ),
+    Column("h0_seq", BigInteger),
+    Column("h1_due", TZ),
+    Column("h1_seq", BigInteger),
+    Column("h2_due", TZ),
+    Column("h2_seq", BigInteger),
+    CheckConstraint("leased >= 0", name="ck_agent_workspace_leased"),
+)
+for _band in range(3):
+    Index(
+        f"ix_agent_workspace_b{_band}",
+        agent_workspace.c.leased,
+        agent_workspace.c[f"h{_band}_due"],
+        agent_workspace.c[f"h{_band}_seq"],
+        postgresql_where=text(f"active AND h{_band}_due IS NOT NULL"),
+    )
+
+agent_workspace_delta = Table(
+    "agent_workspace_delta",
+    metadata,
+    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("workspace", Text, nullable=False),
+    Column("leased", Integer, nullable=False, server_default=text("0")),
 )
 
 agent_budget_hold = Table(
@@ -78,34 +105,46 @@ agent_run = Table(
     Column("last_error_type", Text),
     Column("last_error", Text),
     Column("last_failure_class", Text),
+    Column("head", Boolean, nullable=False, server_default=text("false")),
     Column("claimed_at", TZ),
     CheckConstraint("state IN ('queued', 'leased', 'ended')", name="ck_agent_run_state"),
     CheckConstraint("band BETWEEN 0 AND 2", name="ck_agent_run_band"),
     CheckConstraint("epoch >= 0 AND attempt >= 0", name="ck_agent_run_counts"),
     CheckConstraint("state <> 'leased' OR leased_until IS NOT NULL", name="ck_agent_run_lease"),
     CheckConstraint("(state = 'ended') = (end_reason IS NOT NULL)", name="ck_agent_run_end"),
+    CheckConstraint(
+        "(state <> 'leased' OR head) AND (state <> 'ended' OR NOT head)", name="ck_agent_run_head"
+    ),
 )
 
 _QUEUED = text("state = 'queued'")
 _LEASED = text("state = 'leased'")
 
-# A subject is named within its workspace (migrations/versions/0003_workspace_subjects.py).
+# A subject is named within its workspace; its head is its leased run, or else its first queued
+# run (migrations/versions/0005_claim_lanes.py): one head per subject, and a leased run is head.
 Index(
-    "uq_agent_run_leased_subject",
+    "uq_agent_run_head",
     agent_run.c.workspace,
     agent_run.c.subject,
     unique=True,
-    postgresql_where=_LEASED,
+    postgresql_where=text("head"),
 )
 Index(
-    "ix_agent_run_queued_subject",
+    "ix_agent_run_offered",
+    agent_run.c.workspace,
+    agent_run.c.band,
+    agent_run.c.due_at,
+    agent_run.c.seq,
+    postgresql_where=text("state = 'queued' AND head"),
+)
+Index(
+    "ix_agent_run_waiting",
     agent_run.c.workspace,
     agent_run.c.subject,
     agent_run.c.seq,
-    postgresql_where=_QUEUED,
+    postgresql_where=text("state = 'queued' AND NOT head"),
 )
-Index("ix_agent_run_leased_workspace", agent_run.c.workspace, postgresql_where=_LEASED)
-Index("ix_agent_run_lease_expiry", agent_run.c.leased_until, postgresql_where=_LEASED)
+Index("ix_agent_run_leased", agent_run.c.seq, postgresql_where=_LEASED)
 Index(
     "ix_agent_run_queued_deadline",
     agent_run.c.deadline_at,
@@ -146,29 +185,6 @@ Index(
     agent_run.c.end_reason,
     agent_run.c.seq,
     postgresql_where=text("state = 'ended' AND end_reason <> 'completed'"),
-)
-
-# One row per subject naming its offered head: the first queued run in queue order, or nothing
-# while the subject has a leased run. Kept by the trigger agent_run_bookkeeping; the claim reads
-# this table and never the runs table (ADRs/0004).
-agent_subject = Table(
-    "agent_subject",
-    metadata,
-    Column("workspace", Text, primary_key=True),
-    Column("subject", Text, primary_key=True),
-    Column("head_run", UUID(as_uuid=True)),
-    Column("head_kind", Text),
-    Column("head_band", SmallInteger),
-    Column("head_due_at", TZ),
-    Column("head_seq", BigInteger),
-)
-Index(
-    "ix_agent_subject_offered",
-    agent_subject.c.workspace,
-    agent_subject.c.head_band,
-    agent_subject.c.head_due_at,
-    agent_subject.c.head_seq,
-    postgresql_where=text("head_run IS NOT NULL"),
 )
 
 agent_run_event = Table(

@@ -89,32 +89,43 @@ FROM clock WHERE {_FENCE}
 RETURNING {RUN_COLUMNS}
 """)
 
+# An ended run is no longer its subject's head. The trigger agent_run_moved hands the subject to
+# its next waiting run, and tells the lanes of every lease taken or given back and every head
+# that left, whoever writes (ADRs/0017).
 END_FENCED = statement(f"""
-WITH clock AS (SELECT {NOW} AS now)
-UPDATE agent_run SET state = 'ended', leased_until = NULL, end_reason = :reason,
-                     ended_at = clock.now
-FROM clock WHERE {_FENCE}
-RETURNING {RUN_COLUMNS}
+WITH clock AS (SELECT {NOW} AS now),
+ended AS (
+    UPDATE agent_run SET state = 'ended', head = false, leased_until = NULL,
+                         end_reason = :reason, ended_at = clock.now
+    FROM clock WHERE {_FENCE}
+    RETURNING {RUN_COLUMNS}
+)
+SELECT * FROM ended
 """)
 
 END_UNFENCED = statement(f"""
 WITH clock AS (SELECT {NOW} AS now)
-UPDATE agent_run SET state = 'ended', leased_until = NULL, end_reason = :reason,
+UPDATE agent_run SET state = 'ended', head = false, leased_until = NULL, end_reason = :reason,
                      ended_at = clock.now
 FROM clock WHERE id = :run_id AND state IN ('queued', 'leased')
 RETURNING {RUN_COLUMNS}
 """)
 
 REQUEUE = statement(f"""
-WITH clock AS (SELECT {NOW} AS now)
-UPDATE agent_run SET state = 'queued', attempt = attempt + :charge,
-                     due_at = GREATEST(clock.now + CAST(:delay AS interval), clock.now),
-                     leased_until = NULL, holder = NULL
-FROM clock WHERE {_FENCE} AND attempt + :charge <= :retry_budget
-RETURNING {RUN_COLUMNS}
+WITH clock AS (SELECT {NOW} AS now),
+requeued AS (
+    UPDATE agent_run SET state = 'queued', attempt = attempt + :charge,
+                         due_at = GREATEST(clock.now + CAST(:delay AS interval), clock.now),
+                         leased_until = NULL, holder = NULL
+    FROM clock WHERE {_FENCE} AND attempt + :charge <= :retry_budget
+    RETURNING {RUN_COLUMNS}
+)
+SELECT * FROM requeued
 """)
 
 # Replicas share the reaping: a run another replica is taking back (its row locked) is skipped.
+# The leased runs are read through ix_agent_run_leased (bounded by the worker slots); the
+# expiry itself is not indexed, so that a renewal stays a HOT update.
 EXPIRED = statement(f"""
 SELECT {RUN_COLUMNS} FROM agent_run
 WHERE state = 'leased' AND leased_until <= {NOW} AND {_KINDS.format(kind="kind")}
@@ -137,20 +148,71 @@ _TAKE_BACK_REASON = (
 
 # The conditional write of the take-back: only if still leased at the reaper's epoch and
 # expired, so a renewal or another replica that won leaves nothing to write.
-TAKE_BACK = statement(f"""
-WITH clock AS (SELECT {NOW} AS now)
-UPDATE agent_run SET
+_TAKE_BACK_SET = f"""
     state = CASE WHEN {_TAKE_BACK_REASON} IS NULL THEN 'queued' ELSE 'ended' END,
+    head = {_TAKE_BACK_REASON} IS NULL,
     end_reason = {_TAKE_BACK_REASON},
     ended_at = CASE WHEN {_TAKE_BACK_REASON} IS NULL THEN NULL ELSE clock.now END,
     attempt = attempt + CASE WHEN {_TAKE_BACK_REASON} IS NULL THEN 1 ELSE 0 END,
     due_at = CASE WHEN {_TAKE_BACK_REASON} IS NULL
                   THEN clock.now + CAST(:delay AS interval) ELSE due_at END,
     holder = CASE WHEN {_TAKE_BACK_REASON} IS NULL THEN NULL ELSE holder END,
-    leased_until = NULL
-FROM clock
-WHERE id = :run_id AND epoch = :epoch AND state = 'leased' AND leased_until <= clock.now
-RETURNING {RUN_COLUMNS}
+    leased_until = NULL"""
+
+TAKE_BACK = statement(f"""
+WITH clock AS (SELECT {NOW} AS now),
+taken AS (
+    UPDATE agent_run SET {_TAKE_BACK_SET}
+    FROM clock
+    WHERE id = :run_id AND epoch = :epoch AND state = 'leased' AND leased_until <= clock.now
+    RETURNING {RUN_COLUMNS}
+)
+SELECT * FROM taken
+""")
+
+# The set-based take-back (ADRs/0017), for kinds without a domain row: one statement per batch,
+# each row still conditional on its epoch and expiry, so a renewal that committed first wins
+# (its row no longer matches and is left as it is). Each row brings its kind's budget and its
+# backoff delay; rows another replica holds are skipped.
+TAKE_BACK_MANY = statement(f"""
+WITH clock AS (SELECT {NOW} AS now),
+w AS (
+    SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:epochs AS integer[]),
+                         CAST(:budgets AS integer[]), CAST(:delays AS interval[]),
+                         CAST(:error_types AS text[]), CAST(:messages AS text[]),
+                         CAST(:failure_classes AS text[]), CAST(:tracebacks AS text[]))
+        AS w(id, epoch, retry_budget, delay, error_type, message, failure_class, traceback)
+),
+due AS (
+    SELECT r.id, r.epoch AS was_epoch, r.attempt AS was_attempt, r.holder AS was_holder,
+           w.retry_budget, w.delay, w.error_type, w.message, w.failure_class, w.traceback
+    FROM w CROSS JOIN LATERAL (
+        SELECT r.id, r.epoch, r.attempt, r.holder FROM agent_run r, clock
+        WHERE r.id = w.id AND r.epoch = w.epoch AND r.state = 'leased'
+          AND r.leased_until <= clock.now
+        FOR UPDATE OF r SKIP LOCKED) r
+),
+taken AS (
+    UPDATE agent_run r SET {
+    _TAKE_BACK_SET.replace(":retry_budget", "due.retry_budget").replace(
+        "CAST(:delay AS interval)", "due.delay"
+    )
+},
+        last_error_type = COALESCE(due.error_type, r.last_error_type),
+        last_error = COALESCE(due.message, r.last_error),
+        last_failure_class = COALESCE(due.failure_class, r.last_failure_class)
+    FROM clock, due WHERE r.id = due.id
+    RETURNING {_R_COLUMNS}
+),
+recorded AS (
+    INSERT INTO agent_run_failure (run_id, epoch, attempt, holder, error_type, message,
+                                   failure_class, traceback, recorded_at)
+    SELECT due.id, due.was_epoch, due.was_attempt, due.was_holder, due.error_type, due.message,
+           due.failure_class, due.traceback, clock.now
+    FROM due JOIN taken ON taken.id = due.id, clock
+    WHERE due.error_type IS NOT NULL
+)
+SELECT * FROM taken
 """)
 
 OVERDUE = statement(f"""
@@ -263,9 +325,12 @@ SELECT * FROM (
 """)
 
 
-LEASED_COUNT = statement(
-    "SELECT count(*) AS leased FROM agent_run WHERE workspace = :workspace AND state = 'leased'"
-)
+# The lane's count and the deltas not folded yet.
+LEASED_COUNT = statement("""
+SELECT COALESCE((SELECT leased FROM agent_workspace WHERE id = :workspace), 0)
+     + COALESCE((SELECT sum(leased) FROM agent_workspace_delta WHERE workspace = :workspace), 0)
+       AS leased
+""")
 
 
 def _effective_band(band: str, due_at: str) -> str:
@@ -277,20 +342,15 @@ def _effective_band(band: str, due_at: str) -> str:
     )
 
 
-def _offered_heads(workspace: str, band: str, limit: str) -> str:
-    """A workspace's offered subject heads of one band, oldest due first (an index range)."""
-    return f"""
-        SELECT s.subject, s.head_run, s.head_band, s.head_due_at, s.head_seq
-        FROM agent_subject s
-        WHERE s.head_run IS NOT NULL AND s.workspace = {workspace} AND s.head_band = {band}
-          AND s.head_due_at <= clock.now AND {_KINDS.format(kind="s.head_kind")}
-        ORDER BY s.head_due_at, s.head_seq LIMIT {limit}"""
+# The claim (ADRs/0017) is the function ``agent_claim`` (migrations/versions/0005): it folds the
+# lanes' ledger, ranks the heads of the first :limit lanes in claim order, leases the first
+# :limit it can lock (SKIP LOCKED) and moves their lanes on. It reads about :limit lanes and a
+# few heads per lane, whatever the number of workspaces, queued, leased or ended runs.
+CLAIM = statement("""
+SELECT * FROM agent_claim(CAST(:now AS timestamptz), CAST(:aging AS interval), :holder, :limit)
+""")
 
-
-def _claim_update(offered: str) -> str:
-    """Lease the picked runs; also say how many candidates were ranked (``offered``), so a
-    claimer that lost every candidate to other claimers knows a wider pool may hold more."""
-    return f"""
+_CLAIMED = f"""
 , claimed AS (
     UPDATE agent_run r SET state = 'leased', epoch = r.epoch + 1,
                            leased_until = clock.now + r.lease, holder = :holder,
@@ -298,95 +358,66 @@ def _claim_update(offered: str) -> str:
     FROM picked, clock WHERE r.id = picked.id
     RETURNING {_R_COLUMNS}, picked.claim_band, picked.claim_load
 )
-SELECT claimed.*, counted.offered
-FROM (SELECT {offered} AS offered) counted LEFT JOIN claimed ON true
+SELECT * FROM claimed
 """
 
-
-# The claim (ADRs/0004). Stage one takes each open workspace's first offered head per band
-# (three index probes) and keeps the :pool workspaces whose first head orders first: the first
-# :pool claims can only come from those. Stage two ranks up to :pool heads per band of each kept
-# workspace exactly as the domain's claim_order does (load = leased runs + heads of the same
-# workspace taken before), and locks the first :limit with SKIP LOCKED. Only agent_subject (one
-# row per subject) is read in order; agent_run is touched by primary key and partial indexes.
-CLAIM = statement(f"""
+# A claim restricted to some kinds cannot trust the lanes' order (a lane's first head may be of
+# another kind), so it probes each open workspace's first offered head of those kinds per band,
+# as the claim did before the lanes: its cost grows with the open workspaces. Exact against
+# claim_order, like the lane claim.
+CLAIM_KINDS = statement(f"""
 WITH clock AS MATERIALIZED (SELECT {NOW} AS now, CAST(:aging AS interval) AS aging),
 bands (band) AS (VALUES (CAST(0 AS smallint)), (CAST(1 AS smallint)), (CAST(2 AS smallint))),
-leased AS MATERIALIZED (
-    SELECT workspace, count(*) AS leased FROM agent_run WHERE state = 'leased'
-    GROUP BY workspace
-),
-closed AS MATERIALIZED (
-    SELECT id AS workspace FROM agent_workspace WHERE NOT active
-    UNION
-    SELECT h.workspace FROM agent_budget_hold h, clock WHERE h.until > clock.now
-),
 open_ws AS MATERIALIZED (
-    SELECT w.id, COALESCE(l.leased, 0) AS leased
-    FROM agent_workspace w LEFT JOIN leased l ON l.workspace = w.id
-    WHERE w.id NOT IN (SELECT workspace FROM closed)
+    SELECT w.id, w.leased + COALESCE(
+        (SELECT sum(d.leased) FROM agent_workspace_delta d WHERE d.workspace = w.id), 0) AS leased
+    FROM agent_workspace w, clock
+    WHERE w.active AND NOT EXISTS (
+        SELECT 1 FROM agent_budget_hold h WHERE h.workspace = w.id AND h.until > clock.now)
 ),
-firsts AS (
-    SELECT w.id AS workspace, w.leased,
-           {_effective_band("f.head_band", "f.head_due_at")} AS eb,
-           f.head_due_at AS due_at, f.head_seq AS seq
+heads AS (
+    SELECT w.id AS workspace, w.leased, c.id, c.band, c.due_at, c.seq
     FROM open_ws w CROSS JOIN bands b CROSS JOIN clock
-    CROSS JOIN LATERAL ({_offered_heads("w.id", "b.band", "1")}) f
-),
-chosen_ws AS (
-    SELECT workspace, leased FROM (
-        SELECT DISTINCT ON (workspace) workspace, leased, eb, due_at, seq
-        FROM firsts ORDER BY workspace, eb, due_at, seq
-    ) best
-    ORDER BY eb, leased, due_at, seq LIMIT :pool
-),
-candidates AS (
-    SELECT w.workspace, w.leased, c.subject, c.head_run,
-           {_effective_band("c.head_band", "c.head_due_at")} AS eb,
-           c.head_due_at AS due_at, c.head_seq AS seq
-    FROM chosen_ws w CROSS JOIN bands b CROSS JOIN clock
-    CROSS JOIN LATERAL ({_offered_heads("w.workspace", "b.band", ":pool")}) c
+    CROSS JOIN LATERAL (
+        SELECT r.id, r.band, r.due_at, r.seq FROM agent_run r
+        WHERE r.workspace = w.id AND r.band = b.band AND r.state = 'queued' AND r.head
+          AND r.due_at <= clock.now AND r.kind = ANY(CAST(:kinds AS text[]))
+        ORDER BY r.due_at, r.seq LIMIT :limit) c
 ),
 ranked AS (
-    SELECT workspace, subject, head_run, eb, due_at, seq,
-           leased + row_number() OVER (PARTITION BY workspace ORDER BY eb, due_at, seq) - 1
-               AS load
-    FROM candidates
-),
-top AS MATERIALIZED (
-    SELECT * FROM ranked ORDER BY eb, load, due_at, seq LIMIT :pool
+    SELECT id, due_at, seq, {_effective_band("band", "due_at")} AS eb,
+           leased + row_number() OVER (
+               PARTITION BY workspace ORDER BY {_effective_band("band", "due_at")}, due_at, seq
+           ) - 1 AS load
+    FROM heads, clock
 ),
 picked AS (
     SELECT r.id, k.eb AS claim_band, k.load AS claim_load
-    FROM top k
-    JOIN agent_subject s ON s.workspace = k.workspace AND s.subject = k.subject
-    JOIN agent_run r ON r.id = s.head_run
-    WHERE s.head_run = k.head_run AND r.state = 'queued'
+    FROM (SELECT * FROM ranked ORDER BY eb, load, due_at, seq LIMIT :pool) k
+    JOIN agent_run r ON r.id = k.id
+    WHERE r.state = 'queued' AND r.head
     ORDER BY k.eb, k.load, k.due_at, k.seq
     LIMIT :limit
-    FOR UPDATE OF s, r SKIP LOCKED
-)
-{_claim_update("(SELECT count(*) FROM top)")}
+    FOR UPDATE OF r SKIP LOCKED
+){_CLAIMED}
 """)
 
-# claim_subject: the same rule within one subject, whose head is one primary-key read.
+# claim_subject: the subject's head, one read through uq_agent_run_head.
 CLAIM_SUBJECT = statement(f"""
 WITH clock AS MATERIALIZED (SELECT {NOW} AS now, CAST(:aging AS interval) AS aging),
 picked AS (
     SELECT r.id, {_effective_band("r.band", "r.due_at")} AS claim_band, 0 AS claim_load
-    FROM agent_subject s
-    JOIN agent_run r ON r.id = s.head_run
+    FROM agent_run r
     JOIN agent_workspace w ON w.id = r.workspace
     CROSS JOIN clock
-    WHERE s.workspace = :workspace AND s.subject = :subject
+    WHERE r.workspace = :workspace AND r.subject = :subject AND r.head
       AND r.state = 'queued' AND r.due_at <= clock.now
       AND w.active AND {_KINDS.format(kind="r.kind")}
       AND NOT EXISTS (
           SELECT 1 FROM agent_budget_hold h WHERE h.workspace = w.id AND h.until > clock.now)
-    LIMIT :limit
-    FOR UPDATE OF s, r SKIP LOCKED
-)
-{_claim_update("0")}
+    LIMIT 1
+    FOR UPDATE OF r SKIP LOCKED
+){_CLAIMED}
 """)
 
 APPEND_EVENT = statement(f"""
@@ -440,8 +471,8 @@ END_MANY = statement(f"""
 WITH clock AS (SELECT {NOW} AS now),
 w AS ({_GROUP.format(extra=", CAST(:reasons AS text[])", extra_names=", reason")}),
 ended AS (
-    UPDATE agent_run r SET state = 'ended', leased_until = NULL, end_reason = w.reason,
-                           ended_at = clock.now
+    UPDATE agent_run r SET state = 'ended', head = false, leased_until = NULL,
+                           end_reason = w.reason, ended_at = clock.now
     FROM w, clock WHERE {_GROUP_FENCE}
     RETURNING {_R_COLUMNS}
 )

@@ -1,0 +1,523 @@
+"""The claim at scale: head runs, workspace lanes in claim order, and a ledger (ADRs/0017).
+
+Revision ID: 0005_claim_lanes
+Revises: 0004_fence_guards
+
+A subject's head is now a flag on its run (``head``): the subject's leased run, or else its
+first queued run. ``uq_agent_run_head`` allows one head per (workspace, subject), and a leased
+run must be its subject's head (``ck_agent_run_head``), so one lease per subject and subject FIFO
+hold whoever writes. A new run becomes head under the subject's advisory lock when its subject
+has none (``agent_run_enqueued``); a head that ends hands the subject to its next waiting run
+under the same lock (``agent_run_moved``). ``agent_subject`` is gone.
+
+Each ``agent_workspace`` row is the workspace's lane: its leased runs and the first offered head
+of each band, indexed in claim order per band (``ix_agent_workspace_b0..b2`` on leased, due,
+seq), so a claim reads about ``limit`` lanes whatever the number of workspaces. Claims keep the
+lanes of the runs they lease; every other change (an end, a requeue, a take-back, a new head) is
+written to ``agent_workspace_delta`` and folded into the lanes by the next claim, so nothing but
+a claim ever locks a lane row, and a single-tenant host never queues on one hot row.
+``agent_claim`` is the claim: fold, then rank the first lanes' heads exactly as the domain's
+``claim_order`` does, then lease them with ``SKIP LOCKED``.
+
+The lease's expiry is no longer indexed, so a renewal (only ``leased_until`` changes) is a HOT
+update; the reaper finds expired leases through ``ix_agent_run_leased``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+from alembic import op
+
+revision = "0005_claim_lanes"
+down_revision = "0004_fence_guards"
+branch_labels = None
+depends_on = None
+
+HEADS = """
+DROP TRIGGER agent_run_bookkeeping ON agent_run;
+DROP FUNCTION agent_run_bookkeeping();
+
+ALTER TABLE agent_run ADD COLUMN head boolean NOT NULL DEFAULT false;
+-- When the current epoch's claim took the run (its queue wait is claimed_at - due_at).
+ALTER TABLE agent_run ADD COLUMN claimed_at timestamptz;
+ALTER TABLE agent_run SET (fillfactor = 80);
+-- Filling the new column moves no run: the state guard (which knows no heads yet) stands aside.
+ALTER TABLE agent_run DISABLE TRIGGER guard_agent_run;
+UPDATE agent_run SET head = true WHERE state = 'leased';
+UPDATE agent_run r SET head = true
+    FROM (SELECT DISTINCT ON (q.workspace, q.subject) q.id
+          FROM agent_run q
+          WHERE q.state = 'queued' AND NOT EXISTS (
+              SELECT 1 FROM agent_run l
+              WHERE l.workspace = q.workspace AND l.subject = q.subject AND l.state = 'leased')
+          ORDER BY q.workspace, q.subject, q.seq) h
+    WHERE r.id = h.id;
+ALTER TABLE agent_run ENABLE TRIGGER guard_agent_run;
+ALTER TABLE agent_run ADD CONSTRAINT ck_agent_run_head
+    CHECK ((state <> 'leased' OR head) AND (state <> 'ended' OR NOT head));
+
+DROP TABLE agent_subject;
+DROP INDEX uq_agent_run_leased_subject;
+DROP INDEX ix_agent_run_queued_subject;
+DROP INDEX ix_agent_run_leased_workspace;
+DROP INDEX ix_agent_run_lease_expiry;
+CREATE UNIQUE INDEX uq_agent_run_head ON agent_run (workspace, subject) WHERE head;
+CREATE INDEX ix_agent_run_offered ON agent_run (workspace, band, due_at, seq)
+    WHERE state = 'queued' AND head;
+CREATE INDEX ix_agent_run_waiting ON agent_run (workspace, subject, seq)
+    WHERE state = 'queued' AND NOT head;
+CREATE INDEX ix_agent_run_leased ON agent_run (seq) WHERE state = 'leased';
+"""
+
+LANES = """
+ALTER TABLE agent_workspace
+    ADD COLUMN leased integer NOT NULL DEFAULT 0,
+    ADD COLUMN h0_due timestamptz, ADD COLUMN h0_seq bigint,
+    ADD COLUMN h1_due timestamptz, ADD COLUMN h1_seq bigint,
+    ADD COLUMN h2_due timestamptz, ADD COLUMN h2_seq bigint,
+    ADD CONSTRAINT ck_agent_workspace_leased CHECK (leased >= 0);
+ALTER TABLE agent_workspace SET (fillfactor = 50);
+CREATE INDEX ix_agent_workspace_b0 ON agent_workspace (leased, h0_due, h0_seq)
+    WHERE active AND h0_due IS NOT NULL;
+CREATE INDEX ix_agent_workspace_b1 ON agent_workspace (leased, h1_due, h1_seq)
+    WHERE active AND h1_due IS NOT NULL;
+CREATE INDEX ix_agent_workspace_b2 ON agent_workspace (leased, h2_due, h2_seq)
+    WHERE active AND h2_due IS NOT NULL;
+
+CREATE TABLE agent_workspace_delta (
+    id bigserial PRIMARY KEY,
+    workspace text NOT NULL,
+    leased integer NOT NULL DEFAULT 0
+);
+
+INSERT INTO agent_workspace (id) SELECT DISTINCT workspace FROM agent_run ON CONFLICT DO NOTHING;
+INSERT INTO agent_workspace_delta (workspace) SELECT id FROM agent_workspace;
+"""
+
+# The lane of a workspace, made exact: its leased runs plus the pending deltas, and the first
+# offered head of each band. ``agent_lane_fold`` applies every pending delta of the lanes it can
+# lock (SKIP LOCKED: another claimer folding a lane leaves it to that claimer).
+FOLD = """
+CREATE FUNCTION agent_lane_fold() RETURNS void LANGUAGE sql AS $$
+    WITH locked AS (
+        SELECT l.id
+        FROM (SELECT DISTINCT workspace FROM agent_workspace_delta) p
+        CROSS JOIN LATERAL (
+            SELECT w.id FROM agent_workspace w WHERE w.id = p.workspace
+            FOR NO KEY UPDATE SKIP LOCKED) l
+    ),
+    taken AS (
+        DELETE FROM agent_workspace_delta d USING locked l WHERE d.workspace = l.id
+        RETURNING d.workspace, d.leased
+    ),
+    summed AS (SELECT workspace, sum(leased) AS k FROM taken GROUP BY workspace)
+    UPDATE agent_workspace w SET leased = w.leased + s.k,
+        (h0_due, h0_seq) = (SELECT h.due_at, h.seq FROM agent_run h WHERE h.workspace = w.id
+            AND h.band = 0 AND h.state = 'queued' AND h.head ORDER BY h.due_at, h.seq LIMIT 1),
+        (h1_due, h1_seq) = (SELECT h.due_at, h.seq FROM agent_run h WHERE h.workspace = w.id
+            AND h.band = 1 AND h.state = 'queued' AND h.head ORDER BY h.due_at, h.seq LIMIT 1),
+        (h2_due, h2_seq) = (SELECT h.due_at, h.seq FROM agent_run h WHERE h.workspace = w.id
+            AND h.band = 2 AND h.state = 'queued' AND h.head ORDER BY h.due_at, h.seq LIMIT 1)
+    FROM summed s WHERE w.id = s.workspace AND w.id = ANY (ARRAY(SELECT workspace FROM summed))
+$$;
+"""
+
+# A new run is its subject's head when the subject has none; the subject's advisory lock orders
+# it against a head that ends at the same time (see agent_run_moved).
+ENQUEUED = """
+CREATE FUNCTION agent_subject_lock(workspace text, subject text) RETURNS void
+LANGUAGE sql AS $$
+    SELECT pg_advisory_xact_lock(hashtext('agentruns.subject'),
+                                 hashtext(workspace || chr(31) || subject))
+$$;
+
+CREATE FUNCTION agent_run_enqueued() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM agent_subject_lock(NEW.workspace, NEW.subject);
+    NEW.head := NOT EXISTS (
+        SELECT 1 FROM agent_run r
+        WHERE r.workspace = NEW.workspace AND r.subject = NEW.subject AND r.head);
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER agent_run_enqueued BEFORE INSERT ON agent_run
+    FOR EACH ROW EXECUTE FUNCTION agent_run_enqueued();
+
+-- Once per inserting statement: the workspaces' rows, the new heads' lanes, the wake-up.
+CREATE FUNCTION agent_run_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    INSERT INTO agent_workspace (id) SELECT DISTINCT workspace FROM inserted
+        ON CONFLICT DO NOTHING;
+    INSERT INTO agent_workspace_delta (workspace)
+        SELECT DISTINCT workspace FROM inserted WHERE head;
+    PERFORM pg_notify('agent_run', w.workspace)
+        FROM (SELECT DISTINCT workspace FROM inserted) w;
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER agent_run_inserted AFTER INSERT ON agent_run REFERENCING NEW TABLE AS inserted
+    FOR EACH STATEMENT EXECUTE FUNCTION agent_run_inserted();
+"""
+
+# Once per updating statement, set-based: every lease taken or given back, and every head that
+# left its subject (ended, cancelled, taken back for good), reach their lanes through the ledger,
+# whoever writes (a renewal changes neither and writes nothing). A subject whose head left goes
+# to its first waiting run, under the subject's lock: an enqueue of the subject either committed
+# before (and its run is found here) or runs after (and finds this new head, or none).
+MOVED = """
+CREATE FUNCTION agent_run_moved() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF pg_trigger_depth() > 1 THEN
+        RETURN NULL;  -- the promotions below: their lanes are told already
+    END IF;
+    INSERT INTO agent_workspace_delta (workspace, leased)
+        SELECT n.workspace,
+               sum(CASE WHEN (o.state = 'leased') = (n.state = 'leased') THEN 0
+                        WHEN n.state = 'leased' THEN 1 ELSE -1 END)
+        FROM old_runs o JOIN new_runs n USING (id)
+        WHERE (o.state = 'leased') <> (n.state = 'leased') OR (o.head AND NOT n.head)
+        GROUP BY n.workspace;
+    IF NOT EXISTS (SELECT 1 FROM old_runs o JOIN new_runs n USING (id)
+                   WHERE o.head AND NOT n.head) THEN
+        RETURN NULL;
+    END IF;
+    PERFORM agent_subject_lock(s.workspace, s.subject)
+        FROM (SELECT DISTINCT n.workspace, n.subject
+              FROM old_runs o JOIN new_runs n USING (id)
+              WHERE o.head AND NOT n.head ORDER BY 1, 2) s;
+    UPDATE agent_run r SET head = true
+    WHERE r.id = ANY (ARRAY(SELECT nx.id
+          FROM (SELECT DISTINCT n.workspace, n.subject
+                FROM old_runs o JOIN new_runs n USING (id) WHERE o.head AND NOT n.head) s
+          CROSS JOIN LATERAL (
+              SELECT w.id FROM agent_run w
+              WHERE w.workspace = s.workspace AND w.subject = s.subject
+                AND w.state = 'queued' AND NOT w.head
+              ORDER BY w.seq LIMIT 1) nx
+          WHERE NOT EXISTS (SELECT 1 FROM agent_run h
+                            WHERE h.workspace = s.workspace AND h.subject = s.subject
+                              AND h.head)));
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER agent_run_moved AFTER UPDATE ON agent_run
+    REFERENCING OLD TABLE AS old_runs NEW TABLE AS new_runs
+    FOR EACH STATEMENT EXECUTE FUNCTION agent_run_moved();
+"""
+
+PROMOTE = """
+-- A writer that ends a head without saying so still leaves the subject to its next run.
+CREATE FUNCTION agent_run_unhead() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    NEW.head := false;
+    RETURN NEW;
+END
+$$;
+CREATE TRIGGER agent_run_unhead BEFORE UPDATE ON agent_run
+    FOR EACH ROW WHEN (NEW.state = 'ended' AND NEW.head) EXECUTE FUNCTION agent_run_unhead();
+
+-- A requeue or a take-back gives a run back to the queue: wake the claimers.
+CREATE FUNCTION agent_run_requeued() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    PERFORM pg_notify('agent_run', NEW.workspace);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER agent_run_requeued AFTER UPDATE ON agent_run
+    FOR EACH ROW WHEN (OLD.state = 'leased' AND NEW.state = 'queued')
+    EXECUTE FUNCTION agent_run_requeued();
+"""
+
+CLAIM = """
+CREATE TYPE agent_claim_candidate AS (id uuid, eb integer, load bigint);
+
+-- The claim (ADRs/0017). Fold the ledger into the lanes this claimer can lock; then rank the
+-- first p_pool subject heads in claim order: the lanes give, per band, the workspaces in order
+-- of (leased, first head), and the first p_pool distinct workspaces hold every head the first
+-- p_pool claims can take; their heads are ranked as the domain's claim_order ranks them (load =
+-- leased + heads of the same workspace before it). When a workspace's heads fetched for ranking
+-- ran out inside the pool (candidates NULL), fetch more and rank again. Lease the first p_limit
+-- that no other claimer holds (SKIP LOCKED); when others held some, rank a wider pool for the
+-- rest. The leases taken reach their lanes through the ledger, folded by the next claim.
+CREATE FUNCTION agent_claim(
+    p_now timestamptz, p_aging interval, p_holder text, p_limit integer
+) RETURNS TABLE (
+    id uuid, kind text, workspace text, subject text, band smallint, payload jsonb, state text,
+    epoch integer, attempt integer, seq bigint, enqueued_at timestamptz, due_at timestamptz,
+    lease interval, deadline_at timestamptz, leased_until timestamptz, holder text,
+    end_reason text, ended_at timestamptz, continues uuid, domain_row boolean,
+    trace_context jsonb, last_error_type text, last_error text, last_failure_class text,
+    claim_band integer, claim_load bigint
+) LANGUAGE plpgsql
+-- Every read here goes through an index: a sequential scan of the lanes or the runs would make
+-- the claim's cost grow with them, whatever the planner thinks of a generic plan's row counts.
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    now_ timestamptz := COALESCE(p_now, now());
+    pool integer := p_limit;
+    scale integer;
+    candidates agent_claim_candidate[];
+    n_lanes integer;
+    ids uuid[] := '{}';
+    bands integer[] := '{}';
+    loads bigint[] := '{}';
+    more uuid[];
+    more_bands integer[];
+    more_loads bigint[];
+BEGIN
+    IF p_limit < 1 THEN
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT 1 FROM agent_workspace_delta) THEN
+        WITH locked AS (
+            SELECT l.id
+            FROM (SELECT DISTINCT workspace FROM agent_workspace_delta) p
+            CROSS JOIN LATERAL (
+                SELECT w.id FROM agent_workspace w WHERE w.id = p.workspace
+                FOR NO KEY UPDATE SKIP LOCKED) l
+        ),
+        taken AS (
+            DELETE FROM agent_workspace_delta d USING locked l WHERE d.workspace = l.id
+            RETURNING d.workspace, d.leased
+        ),
+        summed AS (SELECT workspace, sum(leased) AS k FROM taken GROUP BY workspace)
+        UPDATE agent_workspace w SET leased = w.leased + s.k,
+            (h0_due, h0_seq) = (SELECT h.due_at, h.seq FROM agent_run h WHERE h.workspace = w.id
+                AND h.band = 0 AND h.state = 'queued' AND h.head ORDER BY h.due_at, h.seq LIMIT 1),
+            (h1_due, h1_seq) = (SELECT h.due_at, h.seq FROM agent_run h WHERE h.workspace = w.id
+                AND h.band = 1 AND h.state = 'queued' AND h.head ORDER BY h.due_at, h.seq LIMIT 1),
+            (h2_due, h2_seq) = (SELECT h.due_at, h.seq FROM agent_run h WHERE h.workspace = w.id
+                AND h.band = 2 AND h.state = 'queued' AND h.head ORDER BY h.due_at, h.seq LIMIT 1)
+        FROM summed s WHERE w.id = s.workspace AND w.id = ANY (ARRAY(SELECT workspace FROM summed));
+    END IF;
+    LOOP
+        scale := 1;
+        LOOP
+            WITH held AS MATERIALIZED (
+                SELECT h.workspace FROM agent_budget_hold h WHERE h.until > now_
+            ),
+            lanes AS (
+                (SELECT w.id, w.leased, 0 AS eb, w.h0_due AS due, w.h0_seq AS seq
+                 FROM agent_workspace w
+                 WHERE w.active AND w.h0_due IS NOT NULL AND w.h0_due <= now_
+                   AND w.id NOT IN (SELECT workspace FROM held)
+                 ORDER BY w.leased, w.h0_due, w.h0_seq LIMIT pool)
+                UNION ALL
+                (SELECT w.id, w.leased, 1, w.h1_due, w.h1_seq FROM agent_workspace w
+                 WHERE w.active AND w.h1_due IS NOT NULL AND w.h1_due <= now_
+                   AND w.id NOT IN (SELECT workspace FROM held)
+                 ORDER BY w.leased, w.h1_due, w.h1_seq LIMIT pool)
+                UNION ALL
+                (SELECT w.id, w.leased, 1, w.h2_due, w.h2_seq FROM agent_workspace w
+                 WHERE w.active AND w.h2_due IS NOT NULL AND p_aging > interval '0'
+                   AND w.h2_due <= now_ - p_aging AND w.id NOT IN (SELECT workspace FROM held)
+                 ORDER BY w.leased, w.h2_due, w.h2_seq LIMIT pool)
+                UNION ALL
+                (SELECT w.id, w.leased, 2, w.h2_due, w.h2_seq FROM agent_workspace w
+                 WHERE w.active AND w.h2_due IS NOT NULL AND w.h2_due <= now_
+                   AND w.h2_due > CASE WHEN p_aging > interval '0' THEN now_ - p_aging
+                                       ELSE '-infinity'::timestamptz END
+                   AND w.id NOT IN (SELECT workspace FROM held)
+                 ORDER BY w.leased, w.h2_due, w.h2_seq LIMIT pool)
+            ),
+            ranked_lanes AS (
+                SELECT id, leased FROM (
+                    SELECT DISTINCT ON (id) id, leased, eb, due, seq FROM lanes
+                    ORDER BY id, eb, due, seq
+                ) firsts
+                ORDER BY eb, leased, due, seq LIMIT pool
+            ),
+            -- A lane whose deltas another claimer is folding right now may be behind: its
+            -- heads are ranked too (with the count it has), so a claim never misses work
+            -- because of a busy lane.
+            behind AS (
+                SELECT d.workspace AS id, w.leased + d.k AS leased
+                FROM (SELECT workspace, sum(leased) AS k FROM agent_workspace_delta
+                      GROUP BY workspace) d
+                CROSS JOIN LATERAL (
+                    SELECT w.leased FROM agent_workspace w
+                    WHERE w.id = d.workspace AND w.active) w
+                WHERE d.workspace NOT IN (SELECT workspace FROM held)
+            ),
+            chosen AS MATERIALIZED (
+                SELECT id, leased FROM ranked_lanes WHERE id NOT IN (SELECT id FROM behind)
+                UNION ALL
+                SELECT id, greatest(leased, 0) FROM behind
+            ),
+            quota AS (
+                SELECT (greatest(1, pool / greatest(count(*), 1)) * scale + 1)::integer AS m
+                FROM chosen
+            ),
+            heads AS (
+                SELECT c.id AS workspace, c.leased, h.id, h.band, h.due_at, h.seq, h.n, q.m
+                FROM chosen c CROSS JOIN quota q
+                CROSS JOIN (VALUES (0::smallint), (1::smallint), (2::smallint)) b (band)
+                CROSS JOIN LATERAL (
+                    SELECT r.id, r.band, r.due_at, r.seq,
+                           row_number() OVER (ORDER BY r.due_at, r.seq) AS n
+                    FROM agent_run r
+                    WHERE r.workspace = c.id AND r.band = b.band AND r.state = 'queued' AND r.head
+                      AND r.due_at <= now_
+                    ORDER BY r.due_at, r.seq LIMIT q.m) h
+            ),
+            keyed AS (
+                SELECT *, CASE WHEN band = 2 AND p_aging > interval '0' AND due_at <= now_ - p_aging
+                               THEN 1 ELSE band END AS eb
+                FROM heads
+            ),
+            ranked AS (
+                SELECT *, leased
+                          + row_number() OVER (PARTITION BY workspace ORDER BY eb, due_at, seq)
+                          - 1
+                    AS load
+                FROM keyed
+            ),
+            top AS MATERIALIZED (SELECT * FROM ranked ORDER BY eb, load, due_at, seq LIMIT pool)
+            SELECT CASE WHEN EXISTS (SELECT 1 FROM top WHERE n = m) THEN NULL
+                        ELSE COALESCE(array_agg(ROW(id, eb, load)::agent_claim_candidate
+                                                ORDER BY eb, load, due_at, seq), '{}') END,
+                   (SELECT count(*) FROM ranked_lanes)::integer
+            INTO candidates, n_lanes
+            FROM top;
+            EXIT WHEN candidates IS NOT NULL;
+            scale := scale * 4;
+        END LOOP;
+        WITH c AS (
+            SELECT * FROM unnest(candidates) WITH ORDINALITY AS c (id, eb, load, ord)
+        ),
+        picked AS (
+            SELECT r.id, c.eb, c.load, c.ord
+            FROM c CROSS JOIN LATERAL (
+                SELECT r.id FROM agent_run r
+                WHERE r.id = c.id AND r.state = 'queued' AND r.head AND r.id <> ALL (ids)
+                FOR UPDATE SKIP LOCKED) r
+            ORDER BY c.ord LIMIT p_limit - cardinality(ids)
+        ),
+        claimed AS (
+            UPDATE agent_run r SET state = 'leased', epoch = r.epoch + 1,
+                leased_until = now_ + r.lease, holder = p_holder, claimed_at = now_
+            FROM picked WHERE r.id = picked.id AND r.id = ANY (ARRAY(SELECT id FROM picked))
+            RETURNING r.id, picked.eb, picked.load, picked.ord
+        )
+        SELECT COALESCE(array_agg(claimed.id ORDER BY ord), '{}'),
+               COALESCE(array_agg(claimed.eb ORDER BY ord), '{}'),
+               COALESCE(array_agg(claimed.load ORDER BY ord), '{}')
+        INTO more, more_bands, more_loads FROM claimed;
+        ids := ids || more;
+        bands := bands || more_bands;
+        loads := loads || more_loads;
+        -- Done when the batch is full, or every lane and every candidate was seen.
+        EXIT WHEN cardinality(ids) >= p_limit
+            OR (cardinality(candidates) < pool AND n_lanes < pool) OR pool >= 4096;
+        pool := pool * 4;
+    END LOOP;
+    RETURN QUERY
+        SELECT r.id, r.kind, r.workspace, r.subject, r.band, r.payload, r.state, r.epoch,
+               r.attempt, r.seq, r.enqueued_at, r.due_at, r.lease, r.deadline_at,
+               r.leased_until, r.holder, r.end_reason, r.ended_at, r.continues, r.domain_row,
+               r.trace_context, r.last_error_type, r.last_error, r.last_failure_class, x.eb,
+               x.load
+        FROM unnest(ids, bands, loads) WITH ORDINALITY AS x (id, eb, load, ord)
+        CROSS JOIN LATERAL (SELECT * FROM agent_run r WHERE r.id = x.id) r
+        ORDER BY x.ord;
+END
+$$;
+"""
+
+
+# 0004's guard, plus the one same-state move a queued run makes: becoming its subject's head.
+def _guard() -> str:
+    fenced = _revision("0004_fence_guards.py").GUARD
+    legal = """        AND ((OLD.state = 'queued' AND NEW.state IN ('leased', 'ended'))
+             OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended')))"""
+    assert fenced.count(legal) == 1, "0004's guard changed: make the head move legal again"
+    fenced = fenced.replace(
+        legal,
+        """        AND ((OLD.state = 'queued' AND NEW.state IN ('leased', 'ended'))
+             OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NEW.head AND NOT OLD.head)
+             OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended')))""",
+    )
+    refused = """    IF NOT ((OLD.state = 'queued' AND NEW.state IN ('leased', 'ended'))
+            OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended'))) THEN"""
+    assert fenced.count(refused) == 1, "0004's guard changed: make the head move legal again"
+    return fenced.replace(
+        refused,
+        """    IF NOT ((OLD.state = 'queued' AND NEW.state IN ('leased', 'ended'))
+            OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NEW.head AND NOT OLD.head)
+            OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended'))) THEN""",
+    )
+
+
+DROP_NEW = """
+DROP FUNCTION agent_claim(timestamptz, interval, text, integer);
+DROP TYPE agent_claim_candidate;
+DROP TRIGGER agent_run_requeued ON agent_run;
+DROP FUNCTION agent_run_requeued();
+DROP TRIGGER agent_run_unhead ON agent_run;
+DROP FUNCTION agent_run_unhead();
+DROP TRIGGER agent_run_moved ON agent_run;
+DROP FUNCTION agent_run_moved();
+DROP TRIGGER agent_run_inserted ON agent_run;
+DROP FUNCTION agent_run_inserted();
+DROP TRIGGER agent_run_enqueued ON agent_run;
+DROP FUNCTION agent_run_enqueued();
+DROP FUNCTION agent_subject_lock(text, text);
+DROP FUNCTION agent_lane_fold();
+DROP TABLE agent_workspace_delta;
+DROP INDEX ix_agent_workspace_b0;
+DROP INDEX ix_agent_workspace_b1;
+DROP INDEX ix_agent_workspace_b2;
+ALTER TABLE agent_workspace DROP CONSTRAINT ck_agent_workspace_leased,
+    DROP COLUMN leased, DROP COLUMN h0_due, DROP COLUMN h0_seq, DROP COLUMN h1_due,
+    DROP COLUMN h1_seq, DROP COLUMN h2_due, DROP COLUMN h2_seq;
+ALTER TABLE agent_workspace RESET (fillfactor);
+
+DROP INDEX uq_agent_run_head;
+DROP INDEX ix_agent_run_offered;
+DROP INDEX ix_agent_run_waiting;
+DROP INDEX ix_agent_run_leased;
+ALTER TABLE agent_run DROP CONSTRAINT ck_agent_run_head, DROP COLUMN head,
+    DROP COLUMN claimed_at;
+ALTER TABLE agent_run RESET (fillfactor);
+CREATE UNIQUE INDEX uq_agent_run_leased_subject ON agent_run (workspace, subject)
+    WHERE state = 'leased';
+CREATE INDEX ix_agent_run_queued_subject ON agent_run (workspace, subject, seq)
+    WHERE state = 'queued';
+CREATE INDEX ix_agent_run_leased_workspace ON agent_run (workspace) WHERE state = 'leased';
+CREATE INDEX ix_agent_run_lease_expiry ON agent_run (leased_until) WHERE state = 'leased';
+"""
+
+
+def _revision(name: str) -> ModuleType:
+    """A sibling revision's module, whose SQL a downgrade restores."""
+    path = Path(__file__).with_name(name)
+    spec = importlib.util.spec_from_file_location(f"agentruns_migration_{path.stem}", path)
+    assert spec is not None
+    assert spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def upgrade() -> None:
+    for block in (HEADS, LANES, FOLD, ENQUEUED, MOVED, PROMOTE, _guard(), CLAIM):
+        op.execute(block)
+    op.execute("SELECT agent_lane_fold()")
+
+
+def downgrade() -> None:
+    op.execute(DROP_NEW)
+    op.execute(_revision("0004_fence_guards.py").GUARD)
+    # 0003's subject table, filled from the runs, and its bookkeeping trigger.
+    scoped = _revision("0003_workspace_subjects.py")
+    op.execute(scoped.SUBJECTS.replace("DROP TABLE agent_subject;", "", 1))
+    op.execute(scoped.BOOKKEEPING)
+    op.execute(
+        "CREATE TRIGGER agent_run_bookkeeping AFTER INSERT OR UPDATE OR DELETE ON agent_run "
+        "FOR EACH ROW EXECUTE FUNCTION agent_run_bookkeeping()"
+    )
