@@ -87,21 +87,40 @@ CREATE INDEX ix_agent_workspace_b1 ON agent_workspace (leased, h1_due, h1_seq)
 CREATE INDEX ix_agent_workspace_b2 ON agent_workspace (leased, h2_due, h2_seq)
     WHERE active AND h2_due IS NOT NULL;
 
+-- A change a lane has yet to hear of: leased runs more or fewer, and the bands (1, 2, 4 for
+-- interactive, batch, background) whose first offered head may have moved.
 CREATE TABLE agent_workspace_delta (
     id bigserial PRIMARY KEY,
     workspace text NOT NULL,
-    leased integer NOT NULL DEFAULT 0
+    leased integer NOT NULL DEFAULT 0,
+    bands smallint NOT NULL DEFAULT 0
 );
 
 INSERT INTO agent_workspace (id) SELECT DISTINCT workspace FROM agent_run ON CONFLICT DO NOTHING;
-INSERT INTO agent_workspace_delta (workspace) SELECT id FROM agent_workspace;
+INSERT INTO agent_workspace_delta (workspace, bands) SELECT id, 7 FROM agent_workspace;
 """
 
-# The lane of a workspace, made exact: its leased runs plus the pending deltas, and the first
-# offered head of each band. ``agent_lane_fold`` applies every pending delta of the lanes it can
-# lock (SKIP LOCKED: another claimer folding a lane leaves it to that claimer).
-FOLD = """
-CREATE FUNCTION agent_lane_fold() RETURNS void LANGUAGE sql AS $$
+
+# The lanes made exact: each pending delta is applied to a lane this claimer can lock (SKIP
+# LOCKED: a lane another claimer is folding is left to it), and the first offered head of each
+# band a delta names is looked up again (one index probe per band).
+def _head(band: int) -> str:
+    return f"""
+    LEFT JOIN LATERAL (
+        SELECT h.due_at, h.seq FROM agent_run h
+        WHERE s.bands & {1 << band} <> 0 AND h.workspace = s.workspace AND h.band = {band}
+          AND h.state = 'queued' AND h.head
+        ORDER BY h.due_at, h.seq LIMIT 1) b{band} ON true"""
+
+
+def _set_head(band: int) -> str:
+    moved = f"s.bands & {1 << band} <> 0"
+    return f"""
+        h{band}_due = CASE WHEN {moved} THEN b{band}.due_at ELSE w.h{band}_due END,
+        h{band}_seq = CASE WHEN {moved} THEN b{band}.seq ELSE w.h{band}_seq END"""
+
+
+FOLD_STATEMENT = f"""
     WITH locked AS (
         SELECT l.id
         FROM (SELECT DISTINCT workspace FROM agent_workspace_delta) p
@@ -111,17 +130,21 @@ CREATE FUNCTION agent_lane_fold() RETURNS void LANGUAGE sql AS $$
     ),
     taken AS (
         DELETE FROM agent_workspace_delta d USING locked l WHERE d.workspace = l.id
-        RETURNING d.workspace, d.leased
+        RETURNING d.workspace, d.leased, d.bands
     ),
-    summed AS (SELECT workspace, sum(leased) AS k FROM taken GROUP BY workspace)
-    UPDATE agent_workspace w SET leased = w.leased + s.k,
-        (h0_due, h0_seq) = (SELECT h.due_at, h.seq FROM agent_run h WHERE h.workspace = w.id
-            AND h.band = 0 AND h.state = 'queued' AND h.head ORDER BY h.due_at, h.seq LIMIT 1),
-        (h1_due, h1_seq) = (SELECT h.due_at, h.seq FROM agent_run h WHERE h.workspace = w.id
-            AND h.band = 1 AND h.state = 'queued' AND h.head ORDER BY h.due_at, h.seq LIMIT 1),
-        (h2_due, h2_seq) = (SELECT h.due_at, h.seq FROM agent_run h WHERE h.workspace = w.id
-            AND h.band = 2 AND h.state = 'queued' AND h.head ORDER BY h.due_at, h.seq LIMIT 1)
-    FROM summed s WHERE w.id = s.workspace AND w.id = ANY (ARRAY(SELECT workspace FROM summed))
+    summed AS (
+        SELECT workspace, sum(leased) AS k, bit_or(bands) AS bands FROM taken GROUP BY workspace
+    )
+    UPDATE agent_workspace w SET leased = w.leased + s.k,{_set_head(0)},{_set_head(1)},{
+    _set_head(2)
+}
+    FROM summed s{_head(0)}{_head(1)}{_head(2)}
+    WHERE w.id = s.workspace AND w.id = ANY (ARRAY(SELECT workspace FROM summed))
+      AND (s.k <> 0 OR s.bands <> 0)"""
+
+FOLD = f"""
+CREATE FUNCTION agent_lane_fold() RETURNS void LANGUAGE sql AS $$
+{FOLD_STATEMENT}
 $$;
 """
 
@@ -151,8 +174,9 @@ CREATE FUNCTION agent_run_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO agent_workspace (id) SELECT DISTINCT workspace FROM inserted
         ON CONFLICT DO NOTHING;
-    INSERT INTO agent_workspace_delta (workspace)
-        SELECT DISTINCT workspace FROM inserted WHERE head;
+    INSERT INTO agent_workspace_delta (workspace, bands)
+        SELECT workspace, bit_or(1 << band)::smallint FROM inserted WHERE head
+        GROUP BY workspace;
     PERFORM pg_notify('agent_run', w.workspace)
         FROM (SELECT DISTINCT workspace FROM inserted) w;
     RETURN NULL;
@@ -173,10 +197,14 @@ BEGIN
     IF pg_trigger_depth() > 1 THEN
         RETURN NULL;  -- the promotions below: their lanes are told already
     END IF;
-    INSERT INTO agent_workspace_delta (workspace, leased)
+    -- A claim takes a head out of its band and a lease; a lease given back to the queue offers
+    -- its run again; a queued head that ended leaves its band; an ended lease is one fewer.
+    INSERT INTO agent_workspace_delta (workspace, leased, bands)
         SELECT n.workspace,
                sum(CASE WHEN (o.state = 'leased') = (n.state = 'leased') THEN 0
-                        WHEN n.state = 'leased' THEN 1 ELSE -1 END)
+                        WHEN n.state = 'leased' THEN 1 ELSE -1 END),
+               bit_or(CASE WHEN o.state = 'queued' OR n.state = 'queued'
+                           THEN 1 << n.band ELSE 0 END)::smallint
         FROM old_runs o JOIN new_runs n USING (id)
         WHERE (o.state = 'leased') <> (n.state = 'leased') OR (o.head AND NOT n.head)
         GROUP BY n.workspace;
@@ -188,8 +216,9 @@ BEGIN
         FROM (SELECT DISTINCT n.workspace, n.subject
               FROM old_runs o JOIN new_runs n USING (id)
               WHERE o.head AND NOT n.head ORDER BY 1, 2) s;
-    UPDATE agent_run r SET head = true
-    WHERE r.id = ANY (ARRAY(SELECT nx.id
+    WITH promoted AS (
+        UPDATE agent_run r SET head = true
+        WHERE r.id = ANY (ARRAY(SELECT nx.id
           FROM (SELECT DISTINCT n.workspace, n.subject
                 FROM old_runs o JOIN new_runs n USING (id) WHERE o.head AND NOT n.head) s
           CROSS JOIN LATERAL (
@@ -199,7 +228,11 @@ BEGIN
               ORDER BY w.seq LIMIT 1) nx
           WHERE NOT EXISTS (SELECT 1 FROM agent_run h
                             WHERE h.workspace = s.workspace AND h.subject = s.subject
-                              AND h.head)));
+                              AND h.head)))
+        RETURNING r.workspace, r.band
+    )
+    INSERT INTO agent_workspace_delta (workspace, bands)
+        SELECT workspace, bit_or(1 << band)::smallint FROM promoted GROUP BY workspace;
     RETURN NULL;
 END
 $$;
@@ -274,26 +307,7 @@ BEGIN
         RETURN;
     END IF;
     IF EXISTS (SELECT 1 FROM agent_workspace_delta) THEN
-        WITH locked AS (
-            SELECT l.id
-            FROM (SELECT DISTINCT workspace FROM agent_workspace_delta) p
-            CROSS JOIN LATERAL (
-                SELECT w.id FROM agent_workspace w WHERE w.id = p.workspace
-                FOR NO KEY UPDATE SKIP LOCKED) l
-        ),
-        taken AS (
-            DELETE FROM agent_workspace_delta d USING locked l WHERE d.workspace = l.id
-            RETURNING d.workspace, d.leased
-        ),
-        summed AS (SELECT workspace, sum(leased) AS k FROM taken GROUP BY workspace)
-        UPDATE agent_workspace w SET leased = w.leased + s.k,
-            (h0_due, h0_seq) = (SELECT h.due_at, h.seq FROM agent_run h WHERE h.workspace = w.id
-                AND h.band = 0 AND h.state = 'queued' AND h.head ORDER BY h.due_at, h.seq LIMIT 1),
-            (h1_due, h1_seq) = (SELECT h.due_at, h.seq FROM agent_run h WHERE h.workspace = w.id
-                AND h.band = 1 AND h.state = 'queued' AND h.head ORDER BY h.due_at, h.seq LIMIT 1),
-            (h2_due, h2_seq) = (SELECT h.due_at, h.seq FROM agent_run h WHERE h.workspace = w.id
-                AND h.band = 2 AND h.state = 'queued' AND h.head ORDER BY h.due_at, h.seq LIMIT 1)
-        FROM summed s WHERE w.id = s.workspace AND w.id = ANY (ARRAY(SELECT workspace FROM summed));
+{FOLD_STATEMENT};
     END IF;
     LOOP
         scale := 1;
@@ -350,7 +364,8 @@ BEGIN
                 SELECT id, greatest(leased, 0) FROM behind
             ),
             quota AS (
-                SELECT (greatest(1, pool / greatest(count(*), 1)) * scale + 1)::integer AS m
+                SELECT ((pool + greatest(count(*), 1) - 1) / greatest(count(*), 1) * scale + 1)
+                    ::integer AS m
                 FROM chosen
             ),
             heads AS (
@@ -427,7 +442,7 @@ BEGIN
         ORDER BY x.ord;
 END
 $$;
-"""
+""".replace("{FOLD_STATEMENT}", FOLD_STATEMENT)
 
 
 # 0004's guard, plus the one same-state move a queued run makes: becoming its subject's head.

@@ -65,6 +65,7 @@ agent_workspace_delta = Table(
     Column("id", BigInteger, primary_key=True, autoincrement=True),
     Column("workspace", Text, nullable=False),
     Column("leased", Integer, nullable=False, server_default=text("0")),
+    Column("bands", SmallInteger, nullable=False, server_default=text("0")),
 )
 
 agent_budget_hold = Table(
