@@ -43,9 +43,15 @@ DROP FUNCTION agent_run_bookkeeping();
 ALTER TABLE agent_run ADD COLUMN head boolean NOT NULL DEFAULT false;
 -- When the current epoch's claim took the run (its queue wait is claimed_at - due_at).
 ALTER TABLE agent_run ADD COLUMN claimed_at timestamptz;
+-- How many events the run has: the next event's seq, kept by the write that holds the run's row
+-- (a step boundary's renewal), so no append looks for the highest seq among the events.
+ALTER TABLE agent_run ADD COLUMN events integer NOT NULL DEFAULT 0;
 ALTER TABLE agent_run SET (fillfactor = 80);
 -- Filling the new column moves no run: the state guard (which knows no heads yet) stands aside.
 ALTER TABLE agent_run DISABLE TRIGGER guard_agent_run;
+UPDATE agent_run r SET events = e.events
+    FROM (SELECT run_id, max(seq) AS events FROM agent_run_event GROUP BY run_id) e
+    WHERE r.id = e.run_id;
 UPDATE agent_run SET head = true WHERE state = 'leased';
 UPDATE agent_run r SET head = true
     FROM (SELECT DISTINCT ON (q.workspace, q.subject) q.id
@@ -120,12 +126,17 @@ def _set_head(band: int) -> str:
         h{band}_seq = CASE WHEN {moved} THEN b{band}.seq ELSE w.h{band}_seq END"""
 
 
+# ``locked`` is materialised: every lane is locked (or skipped) once, before any delta is taken,
+# so a fold never takes some of a lane's deltas (those seen after another folder let go) and not
+# the others. The new count adds the deltas to the count read under that lock (the lane's newest
+# version, which nobody else can change until this transaction ends), never to the version the
+# statement's snapshot saw: another folder may have committed a newer one in between.
 FOLD_STATEMENT = f"""
-    WITH locked AS (
-        SELECT l.id
+    WITH locked AS MATERIALIZED (
+        SELECT l.id, l.leased
         FROM (SELECT DISTINCT workspace FROM agent_workspace_delta) p
         CROSS JOIN LATERAL (
-            SELECT w.id FROM agent_workspace w WHERE w.id = p.workspace
+            SELECT w.id, w.leased FROM agent_workspace w WHERE w.id = p.workspace
             FOR NO KEY UPDATE SKIP LOCKED) l
     ),
     taken AS (
@@ -133,11 +144,11 @@ FOLD_STATEMENT = f"""
         RETURNING d.workspace, d.leased, d.bands
     ),
     summed AS (
-        SELECT workspace, sum(leased) AS k, bit_or(bands) AS bands FROM taken GROUP BY workspace
+        SELECT t.workspace, l.leased + sum(t.leased) AS leased, bit_or(t.bands) AS bands,
+               sum(t.leased) AS k
+        FROM taken t JOIN locked l ON l.id = t.workspace GROUP BY t.workspace, l.leased
     )
-    UPDATE agent_workspace w SET leased = w.leased + s.k,{_set_head(0)},{_set_head(1)},{
-    _set_head(2)
-}
+    UPDATE agent_workspace w SET leased = s.leased,{_set_head(0)},{_set_head(1)},{_set_head(2)}
     FROM summed s{_head(0)}{_head(1)}{_head(2)}
     WHERE w.id = s.workspace AND w.id = ANY (ARRAY(SELECT workspace FROM summed))
       AND (s.k <> 0 OR s.bands <> 0)"""
@@ -468,7 +479,43 @@ def _guard() -> str:
     )
 
 
+# Events without the foreign key to their run: its check locked the run row for every event
+# (about a tenth of a step boundary's cost). 0004's event guard already reads each new event's run
+# to fence it; it now also refuses an event whose run does not exist, and a deleted run's events
+# go with it through a trigger, as the key's cascade took them.
+def _events() -> str:
+    fenced = _revision("0004_fence_guards.py").EVENTS
+    start = fenced.index("CREATE FUNCTION guard_agent_run_event_insert()")
+    end = fenced.index("CREATE TRIGGER guard_agent_run_event_insert")
+    guard = fenced[start:end].replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+    joins = guard.count("FROM added a JOIN agent_run r ON r.id = a.run_id")
+    assert joins == 3, "0004's event guard changed: fence events to existing runs again"
+    guard = guard.replace(
+        "FROM added a JOIN agent_run r ON r.id = a.run_id",
+        "FROM added a LEFT JOIN agent_run r ON r.id = a.run_id",
+    )
+    stale = "r.state <> 'leased' OR r.epoch <> a.epoch"
+    assert guard.count(stale) == 3, "0004's event guard changed: fence events to existing runs"
+    guard = guard.replace(stale, "r.id IS NULL OR r.state <> 'leased' OR r.epoch <> a.epoch")
+    return f"""
+ALTER TABLE agent_run_event DROP CONSTRAINT agent_run_event_run_id_fkey;
+{guard}
+CREATE FUNCTION agent_run_gone() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM agent_run_event e WHERE e.run_id IN (SELECT g.id FROM gone_runs g);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER agent_run_gone AFTER DELETE ON agent_run REFERENCING OLD TABLE AS gone_runs
+    FOR EACH STATEMENT EXECUTE FUNCTION agent_run_gone();
+"""
+
+
 DROP_NEW = """
+DROP TRIGGER agent_run_gone ON agent_run;
+DROP FUNCTION agent_run_gone();
+ALTER TABLE agent_run_event ADD CONSTRAINT agent_run_event_run_id_fkey
+    FOREIGN KEY (run_id) REFERENCES agent_run (id) ON DELETE CASCADE;
 DROP FUNCTION agent_claim(timestamptz, interval, text, integer);
 DROP TYPE agent_claim_candidate;
 DROP TRIGGER agent_run_requeued ON agent_run;
@@ -497,7 +544,7 @@ DROP INDEX ix_agent_run_offered;
 DROP INDEX ix_agent_run_waiting;
 DROP INDEX ix_agent_run_leased;
 ALTER TABLE agent_run DROP CONSTRAINT ck_agent_run_head, DROP COLUMN head,
-    DROP COLUMN claimed_at;
+    DROP COLUMN claimed_at, DROP COLUMN events;
 ALTER TABLE agent_run RESET (fillfactor);
 CREATE UNIQUE INDEX uq_agent_run_leased_subject ON agent_run (workspace, subject)
     WHERE state = 'leased';
@@ -520,14 +567,19 @@ def _revision(name: str) -> ModuleType:
 
 
 def upgrade() -> None:
-    for block in (HEADS, LANES, FOLD, ENQUEUED, MOVED, PROMOTE, _guard(), CLAIM):
+    for block in (HEADS, LANES, FOLD, ENQUEUED, MOVED, PROMOTE, _guard(), _events(), CLAIM):
         op.execute(block)
     op.execute("SELECT agent_lane_fold()")
 
 
 def downgrade() -> None:
     op.execute(DROP_NEW)
-    op.execute(_revision("0004_fence_guards.py").GUARD)
+    fenced = _revision("0004_fence_guards.py")
+    op.execute(fenced.GUARD)
+    events = fenced.EVENTS
+    start = events.index("CREATE FUNCTION guard_agent_run_event_insert()")
+    end = events.index("CREATE TRIGGER guard_agent_run_event_insert")
+    op.execute(events[start:end].replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1))
     # 0003's subject table, filled from the runs, and its bookkeeping trigger.
     scoped = _revision("0003_workspace_subjects.py")
     op.execute(scoped.SUBJECTS.replace("DROP TABLE agent_subject;", "", 1))
