@@ -24,13 +24,14 @@ import httpx
 import psycopg
 
 import agentruns
+from bench.population import BOOKKEEPING
 from bench.server import bench_server
 from tests.browser.kinds import KINDS
 
 FILL = """
 INSERT INTO agent_run (id, kind, workspace, subject, band, payload, state, epoch, attempt, seq,
                        enqueued_at, due_at, lease, leased_until, holder, end_reason, ended_at,
-                       claimed_at, last_error_type, last_error, last_failure_class)
+                       claimed_at, last_error_type, last_error, last_failure_class, head)
 SELECT gen_random_uuid(),
        (ARRAY['drain', 'flaky', 'dead', 'long'])[1 + g %% 4],
        'ws-' || (g %% 100000) %% 1000,
@@ -52,7 +53,8 @@ SELECT gen_random_uuid(),
        CASE WHEN s.state <> 'queued' THEN s.at - interval '10 seconds' END,
        CASE WHEN s.state = 'ended' AND g %% 50 = 0 THEN 'ProviderError' END,
        CASE WHEN s.state = 'ended' AND g %% 50 = 0 THEN 'the API key was revoked' END,
-       CASE WHEN s.state = 'ended' AND g %% 50 = 0 THEN 'auth' END
+       CASE WHEN s.state = 'ended' AND g %% 50 = 0 THEN 'auth' END,
+       s.state = 'leased'
 FROM generate_series(1, %(count)s) AS g,
 LATERAL (SELECT CASE WHEN g %% 50 = 1 THEN 'queued'
                      WHEN g <= %(leased)s * 50 AND g %% 50 = 2 THEN 'leased'
@@ -87,10 +89,8 @@ def populate(url: str, runs: int) -> None:
             connection.execute(EVENTS)
             connection.execute("ALTER TABLE agent_run ENABLE TRIGGER USER")
             connection.execute("ALTER TABLE agent_run_event ENABLE TRIGGER USER")
-            connection.execute(
-                "INSERT INTO agent_workspace (id) SELECT DISTINCT workspace FROM agent_run "
-                "ON CONFLICT DO NOTHING"
-            )
+            # The heads and lanes the triggers would have kept (bench/population.py's way).
+            connection.execute(BOOKKEEPING)
         connection.execute("VACUUM ANALYZE")
 
 

@@ -44,9 +44,9 @@ FROM (SELECT DISTINCT ON (q.workspace, q.subject) q.id
       ORDER BY q.workspace, q.subject, q.seq) h
 WHERE r.id = h.id;
 INSERT INTO agent_workspace (id) SELECT DISTINCT workspace FROM agent_run ON CONFLICT DO NOTHING;
-INSERT INTO agent_workspace_delta (workspace, leased)
+INSERT INTO agent_workspace_delta (workspace, leased, bands)
 SELECT w.id, (SELECT count(*) FROM agent_run r WHERE r.workspace = w.id AND r.state = 'leased')
-       - w.leased
+       - w.leased, 7
 FROM agent_workspace w;
 SELECT agent_lane_fold();
 """

@@ -43,9 +43,15 @@ DROP FUNCTION agent_run_bookkeeping();
 ALTER TABLE agent_run ADD COLUMN head boolean NOT NULL DEFAULT false;
 -- When the current epoch's claim took the run (its queue wait is claimed_at - due_at).
 ALTER TABLE agent_run ADD COLUMN claimed_at timestamptz;
+-- How many events the run has: the next event's seq, kept by the write that holds the run's row
+-- (a step boundary's renewal), so no append looks for the highest seq among the events.
+ALTER TABLE agent_run ADD COLUMN events integer NOT NULL DEFAULT 0;
 ALTER TABLE agent_run SET (fillfactor = 80);
 -- Filling the new column moves no run: the state guard (which knows no heads yet) stands aside.
 ALTER TABLE agent_run DISABLE TRIGGER guard_agent_run;
+UPDATE agent_run r SET events = e.events
+    FROM (SELECT run_id, max(seq) AS events FROM agent_run_event GROUP BY run_id) e
+    WHERE r.id = e.run_id;
 UPDATE agent_run SET head = true WHERE state = 'leased';
 UPDATE agent_run r SET head = true
     FROM (SELECT DISTINCT ON (q.workspace, q.subject) q.id
@@ -87,41 +93,69 @@ CREATE INDEX ix_agent_workspace_b1 ON agent_workspace (leased, h1_due, h1_seq)
 CREATE INDEX ix_agent_workspace_b2 ON agent_workspace (leased, h2_due, h2_seq)
     WHERE active AND h2_due IS NOT NULL;
 
+-- A change a lane has yet to hear of: leased runs more or fewer, and the bands (1, 2, 4 for
+-- interactive, batch, background) whose first offered head may have moved.
 CREATE TABLE agent_workspace_delta (
     id bigserial PRIMARY KEY,
     workspace text NOT NULL,
-    leased integer NOT NULL DEFAULT 0
+    leased integer NOT NULL DEFAULT 0,
+    bands smallint NOT NULL DEFAULT 0
 );
 
 INSERT INTO agent_workspace (id) SELECT DISTINCT workspace FROM agent_run ON CONFLICT DO NOTHING;
-INSERT INTO agent_workspace_delta (workspace) SELECT id FROM agent_workspace;
+INSERT INTO agent_workspace_delta (workspace, bands) SELECT id, 7 FROM agent_workspace;
 """
 
-# The lane of a workspace, made exact: its leased runs plus the pending deltas, and the first
-# offered head of each band. ``agent_lane_fold`` applies every pending delta of the lanes it can
-# lock (SKIP LOCKED: another claimer folding a lane leaves it to that claimer).
-FOLD = """
-CREATE FUNCTION agent_lane_fold() RETURNS void LANGUAGE sql AS $$
-    WITH locked AS (
-        SELECT l.id
+
+# The lanes made exact: each pending delta is applied to a lane this claimer can lock (SKIP
+# LOCKED: a lane another claimer is folding is left to it), and the first offered head of each
+# band a delta names is looked up again (one index probe per band).
+def _head(band: int) -> str:
+    return f"""
+    LEFT JOIN LATERAL (
+        SELECT h.due_at, h.seq FROM agent_run h
+        WHERE s.bands & {1 << band} <> 0 AND h.workspace = s.workspace AND h.band = {band}
+          AND h.state = 'queued' AND h.head
+        ORDER BY h.due_at, h.seq LIMIT 1) b{band} ON true"""
+
+
+def _set_head(band: int) -> str:
+    moved = f"s.bands & {1 << band} <> 0"
+    return f"""
+        h{band}_due = CASE WHEN {moved} THEN b{band}.due_at ELSE w.h{band}_due END,
+        h{band}_seq = CASE WHEN {moved} THEN b{band}.seq ELSE w.h{band}_seq END"""
+
+
+# ``locked`` is materialised: every lane is locked (or skipped) once, before any delta is taken,
+# so a fold never takes some of a lane's deltas (those seen after another folder let go) and not
+# the others. The new count adds the deltas to the count read under that lock (the lane's newest
+# version, which nobody else can change until this transaction ends), never to the version the
+# statement's snapshot saw: another folder may have committed a newer one in between.
+FOLD_STATEMENT = f"""
+    WITH locked AS MATERIALIZED (
+        SELECT l.id, l.leased
         FROM (SELECT DISTINCT workspace FROM agent_workspace_delta) p
         CROSS JOIN LATERAL (
-            SELECT w.id FROM agent_workspace w WHERE w.id = p.workspace
+            SELECT w.id, w.leased FROM agent_workspace w WHERE w.id = p.workspace
             FOR NO KEY UPDATE SKIP LOCKED) l
     ),
     taken AS (
         DELETE FROM agent_workspace_delta d USING locked l WHERE d.workspace = l.id
-        RETURNING d.workspace, d.leased
+        RETURNING d.workspace, d.leased, d.bands
     ),
-    summed AS (SELECT workspace, sum(leased) AS k FROM taken GROUP BY workspace)
-    UPDATE agent_workspace w SET leased = w.leased + s.k,
-        (h0_due, h0_seq) = (SELECT h.due_at, h.seq FROM agent_run h WHERE h.workspace = w.id
-            AND h.band = 0 AND h.state = 'queued' AND h.head ORDER BY h.due_at, h.seq LIMIT 1),
-        (h1_due, h1_seq) = (SELECT h.due_at, h.seq FROM agent_run h WHERE h.workspace = w.id
-            AND h.band = 1 AND h.state = 'queued' AND h.head ORDER BY h.due_at, h.seq LIMIT 1),
-        (h2_due, h2_seq) = (SELECT h.due_at, h.seq FROM agent_run h WHERE h.workspace = w.id
-            AND h.band = 2 AND h.state = 'queued' AND h.head ORDER BY h.due_at, h.seq LIMIT 1)
-    FROM summed s WHERE w.id = s.workspace AND w.id = ANY (ARRAY(SELECT workspace FROM summed))
+    summed AS (
+        SELECT t.workspace, l.leased + sum(t.leased) AS leased, bit_or(t.bands) AS bands,
+               sum(t.leased) AS k
+        FROM taken t JOIN locked l ON l.id = t.workspace GROUP BY t.workspace, l.leased
+    )
+    UPDATE agent_workspace w SET leased = s.leased,{_set_head(0)},{_set_head(1)},{_set_head(2)}
+    FROM summed s{_head(0)}{_head(1)}{_head(2)}
+    WHERE w.id = s.workspace AND w.id = ANY (ARRAY(SELECT workspace FROM summed))
+      AND (s.k <> 0 OR s.bands <> 0)"""
+
+FOLD = f"""
+CREATE FUNCTION agent_lane_fold() RETURNS void LANGUAGE sql AS $$
+{FOLD_STATEMENT}
 $$;
 """
 
@@ -151,8 +185,9 @@ CREATE FUNCTION agent_run_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     INSERT INTO agent_workspace (id) SELECT DISTINCT workspace FROM inserted
         ON CONFLICT DO NOTHING;
-    INSERT INTO agent_workspace_delta (workspace)
-        SELECT DISTINCT workspace FROM inserted WHERE head;
+    INSERT INTO agent_workspace_delta (workspace, bands)
+        SELECT workspace, bit_or(1 << band)::smallint FROM inserted WHERE head
+        GROUP BY workspace;
     PERFORM pg_notify('agent_run', w.workspace)
         FROM (SELECT DISTINCT workspace FROM inserted) w;
     RETURN NULL;
@@ -173,10 +208,14 @@ BEGIN
     IF pg_trigger_depth() > 1 THEN
         RETURN NULL;  -- the promotions below: their lanes are told already
     END IF;
-    INSERT INTO agent_workspace_delta (workspace, leased)
+    -- A claim takes a head out of its band and a lease; a lease given back to the queue offers
+    -- its run again; a queued head that ended leaves its band; an ended lease is one fewer.
+    INSERT INTO agent_workspace_delta (workspace, leased, bands)
         SELECT n.workspace,
                sum(CASE WHEN (o.state = 'leased') = (n.state = 'leased') THEN 0
-                        WHEN n.state = 'leased' THEN 1 ELSE -1 END)
+                        WHEN n.state = 'leased' THEN 1 ELSE -1 END),
+               bit_or(CASE WHEN o.state = 'queued' OR n.state = 'queued'
+                           THEN 1 << n.band ELSE 0 END)::smallint
         FROM old_runs o JOIN new_runs n USING (id)
         WHERE (o.state = 'leased') <> (n.state = 'leased') OR (o.head AND NOT n.head)
         GROUP BY n.workspace;
@@ -188,8 +227,9 @@ BEGIN
         FROM (SELECT DISTINCT n.workspace, n.subject
               FROM old_runs o JOIN new_runs n USING (id)
               WHERE o.head AND NOT n.head ORDER BY 1, 2) s;
-    UPDATE agent_run r SET head = true
-    WHERE r.id = ANY (ARRAY(SELECT nx.id
+    WITH promoted AS (
+        UPDATE agent_run r SET head = true
+        WHERE r.id = ANY (ARRAY(SELECT nx.id
           FROM (SELECT DISTINCT n.workspace, n.subject
                 FROM old_runs o JOIN new_runs n USING (id) WHERE o.head AND NOT n.head) s
           CROSS JOIN LATERAL (
@@ -199,7 +239,11 @@ BEGIN
               ORDER BY w.seq LIMIT 1) nx
           WHERE NOT EXISTS (SELECT 1 FROM agent_run h
                             WHERE h.workspace = s.workspace AND h.subject = s.subject
-                              AND h.head)));
+                              AND h.head)))
+        RETURNING r.workspace, r.band
+    )
+    INSERT INTO agent_workspace_delta (workspace, bands)
+        SELECT workspace, bit_or(1 << band)::smallint FROM promoted GROUP BY workspace;
     RETURN NULL;
 END
 $$;
@@ -250,7 +294,7 @@ CREATE FUNCTION agent_claim(
     lease interval, deadline_at timestamptz, leased_until timestamptz, holder text,
     end_reason text, ended_at timestamptz, continues uuid, domain_row boolean,
     trace_context jsonb, last_error_type text, last_error text, last_failure_class text,
-    claim_band integer, claim_load bigint
+    claimed_at timestamptz, claim_band integer, claim_load bigint
 ) LANGUAGE plpgsql
 -- Every read here goes through an index: a sequential scan of the lanes or the runs would make
 -- the claim's cost grow with them, whatever the planner thinks of a generic plan's row counts.
@@ -274,26 +318,7 @@ BEGIN
         RETURN;
     END IF;
     IF EXISTS (SELECT 1 FROM agent_workspace_delta) THEN
-        WITH locked AS (
-            SELECT l.id
-            FROM (SELECT DISTINCT workspace FROM agent_workspace_delta) p
-            CROSS JOIN LATERAL (
-                SELECT w.id FROM agent_workspace w WHERE w.id = p.workspace
-                FOR NO KEY UPDATE SKIP LOCKED) l
-        ),
-        taken AS (
-            DELETE FROM agent_workspace_delta d USING locked l WHERE d.workspace = l.id
-            RETURNING d.workspace, d.leased
-        ),
-        summed AS (SELECT workspace, sum(leased) AS k FROM taken GROUP BY workspace)
-        UPDATE agent_workspace w SET leased = w.leased + s.k,
-            (h0_due, h0_seq) = (SELECT h.due_at, h.seq FROM agent_run h WHERE h.workspace = w.id
-                AND h.band = 0 AND h.state = 'queued' AND h.head ORDER BY h.due_at, h.seq LIMIT 1),
-            (h1_due, h1_seq) = (SELECT h.due_at, h.seq FROM agent_run h WHERE h.workspace = w.id
-                AND h.band = 1 AND h.state = 'queued' AND h.head ORDER BY h.due_at, h.seq LIMIT 1),
-            (h2_due, h2_seq) = (SELECT h.due_at, h.seq FROM agent_run h WHERE h.workspace = w.id
-                AND h.band = 2 AND h.state = 'queued' AND h.head ORDER BY h.due_at, h.seq LIMIT 1)
-        FROM summed s WHERE w.id = s.workspace AND w.id = ANY (ARRAY(SELECT workspace FROM summed));
+{FOLD_STATEMENT};
     END IF;
     LOOP
         scale := 1;
@@ -350,7 +375,8 @@ BEGIN
                 SELECT id, greatest(leased, 0) FROM behind
             ),
             quota AS (
-                SELECT (greatest(1, pool / greatest(count(*), 1)) * scale + 1)::integer AS m
+                SELECT ((pool + greatest(count(*), 1) - 1) / greatest(count(*), 1) * scale + 1)
+                    ::integer AS m
                 FROM chosen
             ),
             heads AS (
@@ -420,14 +446,14 @@ BEGIN
         SELECT r.id, r.kind, r.workspace, r.subject, r.band, r.payload, r.state, r.epoch,
                r.attempt, r.seq, r.enqueued_at, r.due_at, r.lease, r.deadline_at,
                r.leased_until, r.holder, r.end_reason, r.ended_at, r.continues, r.domain_row,
-               r.trace_context, r.last_error_type, r.last_error, r.last_failure_class, x.eb,
-               x.load
+               r.trace_context, r.last_error_type, r.last_error, r.last_failure_class,
+               r.claimed_at, x.eb, x.load
         FROM unnest(ids, bands, loads) WITH ORDINALITY AS x (id, eb, load, ord)
         CROSS JOIN LATERAL (SELECT * FROM agent_run r WHERE r.id = x.id) r
         ORDER BY x.ord;
 END
 $$;
-"""
+""".replace("{FOLD_STATEMENT}", FOLD_STATEMENT)
 
 
 # 0004's guard, plus the one same-state move a queued run makes: becoming its subject's head.
@@ -453,7 +479,43 @@ def _guard() -> str:
     )
 
 
+# Events without the foreign key to their run: its check locked the run row for every event
+# (about a tenth of a step boundary's cost). 0004's event guard already reads each new event's run
+# to fence it; it now also refuses an event whose run does not exist, and a deleted run's events
+# go with it through a trigger, as the key's cascade took them.
+def _events() -> str:
+    fenced = _revision("0004_fence_guards.py").EVENTS
+    start = fenced.index("CREATE FUNCTION guard_agent_run_event_insert()")
+    end = fenced.index("CREATE TRIGGER guard_agent_run_event_insert")
+    guard = fenced[start:end].replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+    joins = guard.count("FROM added a JOIN agent_run r ON r.id = a.run_id")
+    assert joins == 3, "0004's event guard changed: fence events to existing runs again"
+    guard = guard.replace(
+        "FROM added a JOIN agent_run r ON r.id = a.run_id",
+        "FROM added a LEFT JOIN agent_run r ON r.id = a.run_id",
+    )
+    stale = "r.state <> 'leased' OR r.epoch <> a.epoch"
+    assert guard.count(stale) == 3, "0004's event guard changed: fence events to existing runs"
+    guard = guard.replace(stale, "r.id IS NULL OR r.state <> 'leased' OR r.epoch <> a.epoch")
+    return f"""
+ALTER TABLE agent_run_event DROP CONSTRAINT agent_run_event_run_id_fkey;
+{guard}
+CREATE FUNCTION agent_run_gone() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    DELETE FROM agent_run_event e WHERE e.run_id IN (SELECT g.id FROM gone_runs g);
+    RETURN NULL;
+END
+$$;
+CREATE TRIGGER agent_run_gone AFTER DELETE ON agent_run REFERENCING OLD TABLE AS gone_runs
+    FOR EACH STATEMENT EXECUTE FUNCTION agent_run_gone();
+"""
+
+
 DROP_NEW = """
+DROP TRIGGER agent_run_gone ON agent_run;
+DROP FUNCTION agent_run_gone();
+ALTER TABLE agent_run_event ADD CONSTRAINT agent_run_event_run_id_fkey
+    FOREIGN KEY (run_id) REFERENCES agent_run (id) ON DELETE CASCADE;
 DROP FUNCTION agent_claim(timestamptz, interval, text, integer);
 DROP TYPE agent_claim_candidate;
 DROP TRIGGER agent_run_requeued ON agent_run;
@@ -482,7 +544,7 @@ DROP INDEX ix_agent_run_offered;
 DROP INDEX ix_agent_run_waiting;
 DROP INDEX ix_agent_run_leased;
 ALTER TABLE agent_run DROP CONSTRAINT ck_agent_run_head, DROP COLUMN head,
-    DROP COLUMN claimed_at;
+    DROP COLUMN claimed_at, DROP COLUMN events;
 ALTER TABLE agent_run RESET (fillfactor);
 CREATE UNIQUE INDEX uq_agent_run_leased_subject ON agent_run (workspace, subject)
     WHERE state = 'leased';
@@ -505,14 +567,19 @@ def _revision(name: str) -> ModuleType:
 
 
 def upgrade() -> None:
-    for block in (HEADS, LANES, FOLD, ENQUEUED, MOVED, PROMOTE, _guard(), CLAIM):
+    for block in (HEADS, LANES, FOLD, ENQUEUED, MOVED, PROMOTE, _guard(), _events(), CLAIM):
         op.execute(block)
     op.execute("SELECT agent_lane_fold()")
 
 
 def downgrade() -> None:
     op.execute(DROP_NEW)
-    op.execute(_revision("0004_fence_guards.py").GUARD)
+    fenced = _revision("0004_fence_guards.py")
+    op.execute(fenced.GUARD)
+    events = fenced.EVENTS
+    start = events.index("CREATE FUNCTION guard_agent_run_event_insert()")
+    end = events.index("CREATE TRIGGER guard_agent_run_event_insert")
+    op.execute(events[start:end].replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1))
     # 0003's subject table, filled from the runs, and its bookkeeping trigger.
     scoped = _revision("0003_workspace_subjects.py")
     op.execute(scoped.SUBJECTS.replace("DROP TABLE agent_subject;", "", 1))

@@ -432,9 +432,6 @@ class PostgresEventLog(EventLog):
         if not rows:
             await self._runs.refuse_fenced(tx, fence)
         row = rows[0]
-        if row["event_seq"] is None:
-            # Another append of this run committed while the renewal waited for its lock.
-            return await self._append_held(tx, fence, type, data)
         return RunEvent(
             run_id=fence.run_id,
             seq=row["event_seq"],
@@ -464,8 +461,6 @@ class PostgresEventLog(EventLog):
         for write, row in zip(steps, rows, strict=True):
             if not row["renewed"]:
                 results.append(await self._runs.why(tx, write.fence))
-            elif row["seq"] is None:  # another append committed while the renewal waited
-                results.append(await self._append_held(tx, write.fence, write.type, write.data))
             else:
                 results.append(_event(row))
         return results

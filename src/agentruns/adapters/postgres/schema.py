@@ -65,6 +65,7 @@ agent_workspace_delta = Table(
     Column("id", BigInteger, primary_key=True, autoincrement=True),
     Column("workspace", Text, nullable=False),
     Column("leased", Integer, nullable=False, server_default=text("0")),
+    Column("bands", SmallInteger, nullable=False, server_default=text("0")),
 )
 
 agent_budget_hold = Table(
@@ -107,6 +108,7 @@ agent_run = Table(
     Column("last_failure_class", Text),
     Column("head", Boolean, nullable=False, server_default=text("false")),
     Column("claimed_at", TZ),
+    Column("events", Integer, nullable=False, server_default=text("0")),
     CheckConstraint("state IN ('queued', 'leased', 'ended')", name="ck_agent_run_state"),
     CheckConstraint("band BETWEEN 0 AND 2", name="ck_agent_run_band"),
     CheckConstraint("epoch >= 0 AND attempt >= 0", name="ck_agent_run_counts"),
@@ -187,15 +189,13 @@ Index(
     postgresql_where=text("state = 'ended' AND end_reason <> 'completed'"),
 )
 
+
+# An event's run is checked by the guard guard_agent_run_event_insert, not by a foreign key
+# (migrations/versions/0005_claim_lanes.py), and a deleted run's events go with it (agent_run_gone).
 agent_run_event = Table(
     "agent_run_event",
     metadata,
-    Column(
-        "run_id",
-        UUID(as_uuid=True),
-        ForeignKey("agent_run.id", ondelete="CASCADE"),
-        nullable=False,
-    ),
+    Column("run_id", UUID(as_uuid=True), nullable=False),
     Column("seq", Integer, nullable=False),
     Column("epoch", Integer, nullable=False),
     Column("type", Text, nullable=False),

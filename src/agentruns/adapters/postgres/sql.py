@@ -420,33 +420,34 @@ picked AS (
 ){_CLAIMED}
 """)
 
+# An event's seq is the run's event count after it (``agent_run.events``), counted by the write
+# that holds the run's row: appends of one run are serialised by that row's lock, so their seqs
+# never collide and no append looks for the highest seq.
 APPEND_EVENT = statement(f"""
+WITH counted AS (
+    UPDATE agent_run SET events = events + 1
+    WHERE id = :run_id AND epoch = :epoch AND state = 'leased'
+    RETURNING id, events, epoch
+)
 INSERT INTO agent_run_event (run_id, seq, epoch, type, data, created_at)
-SELECT :run_id, COALESCE(max(seq), 0) + 1, :epoch, :type, :data, {NOW}
-FROM agent_run_event WHERE run_id = :run_id
+SELECT counted.id, counted.events, counted.epoch, :type, :data, {NOW} FROM counted
 RETURNING run_id, seq, epoch, type, data, created_at
 """)
 
 # A step boundary in one statement (ADRs/0007, ADRs/0011): the fenced renewal feeds the insert,
-# so an event is appended only if the renewal held. The renewal locks the run, which serialises
-# its appends; an append that committed while this one waited for that lock is not in this
-# statement's snapshot, so its seq conflicts and the insert does nothing: the store then appends
-# with a statement of its own (a fresh snapshot, the lock already held).
+# so an event is appended only if the renewal held. The renewal locks the run and counts the
+# event, which gives it its seq (see APPEND_EVENT).
 RENEW_AND_APPEND = statement(f"""
 WITH clock AS (SELECT {NOW} AS now),
 renewed AS (
-    UPDATE agent_run SET leased_until = clock.now + lease
+    UPDATE agent_run SET leased_until = clock.now + lease, events = events + 1
     FROM clock WHERE {_FENCE}
-    RETURNING {RUN_COLUMNS}, clock.now AS renewed_at
+    RETURNING {RUN_COLUMNS}, events AS event_count, clock.now AS renewed_at
 ),
 appended AS (
     INSERT INTO agent_run_event (run_id, seq, epoch, type, data, created_at)
-    SELECT renewed.id,
-           COALESCE((SELECT max(e.seq) FROM agent_run_event e WHERE e.run_id = renewed.id), 0)
-               + 1,
-           renewed.epoch, :type, :data, renewed.renewed_at
+    SELECT renewed.id, renewed.event_count, renewed.epoch, :type, :data, renewed.renewed_at
     FROM renewed
-    ON CONFLICT ON CONSTRAINT uq_agent_run_event_seq DO NOTHING
     RETURNING seq, type, data, created_at
 )
 SELECT renewed.*, appended.seq AS event_seq, appended.type AS event_type,
@@ -479,8 +480,7 @@ ended AS (
 SELECT w.ord, ended.* FROM w LEFT JOIN ended ON ended.id = w.id ORDER BY w.ord
 """)
 
-# The step boundaries of a group: as RENEW_AND_APPEND, row by row; an event whose seq conflicts
-# (another append committed while the renewal waited) comes back renewed but not appended.
+# The step boundaries of a group: as RENEW_AND_APPEND, row by row.
 RENEW_AND_APPEND_MANY = statement(f"""
 WITH clock AS (SELECT {NOW} AS now),
 w AS ({
@@ -489,17 +489,14 @@ w AS ({
     )
 }),
 renewed AS (
-    UPDATE agent_run r SET leased_until = clock.now + r.lease
+    UPDATE agent_run r SET leased_until = clock.now + r.lease, events = r.events + 1
     FROM w, clock WHERE {_GROUP_FENCE}
-    RETURNING r.id, r.epoch, clock.now AS renewed_at
+    RETURNING r.id, r.epoch, r.events, clock.now AS renewed_at
 ),
 appended AS (
     INSERT INTO agent_run_event (run_id, seq, epoch, type, data, created_at)
-    SELECT n.id,
-           COALESCE((SELECT max(e.seq) FROM agent_run_event e WHERE e.run_id = n.id), 0) + 1,
-           n.epoch, w.type, CAST(w.data AS jsonb), n.renewed_at
+    SELECT n.id, n.events, n.epoch, w.type, CAST(w.data AS jsonb), n.renewed_at
     FROM renewed n JOIN w ON w.id = n.id
-    ON CONFLICT ON CONSTRAINT uq_agent_run_event_seq DO NOTHING
     RETURNING run_id, seq, epoch, type, data, created_at
 )
 SELECT w.ord, n.id IS NOT NULL AS renewed, a.run_id, a.seq, a.epoch, a.type, a.data,
