@@ -50,7 +50,18 @@ async def settle(client: agentruns.AgentRunsClient) -> None:
 
 
 def text(browser: webdriver.Chrome, selector: str) -> str:
-    return str(browser.find_element(By.CSS_SELECTOR, selector).text)
+    """An element's text, read in one script call.
+
+    The overview swaps its fragments in place while it polls, so a handle found by one
+    call can be gone by the next; a single script reads the element that is there now.
+    """
+    found = browser.execute_script(
+        "const e = document.querySelector(arguments[0]); return e ? e.innerText.trim() : null;",
+        selector,
+    )
+    if found is None:
+        raise AssertionError(f"no element matches {selector}")
+    return str(found)
 
 
 def shot(browser: webdriver.Chrome, artifacts: Path, name: str) -> None:
@@ -90,8 +101,7 @@ async def test_the_overview_counts_match_the_database_and_update_while_runs_drai
     assert status.total(AgentRunState.ENDED) == 24
     assert int(text(browser, "#total-queued")) == status.total(AgentRunState.QUEUED) == 0
     for band in ("interactive", "batch", "background"):
-        row = browser.find_element(By.CSS_SELECTOR, f'#by-band tr[data-band="{band}"]')
-        ended = row.find_element(By.CSS_SELECTOR, '[data-count="ended"]').text
+        ended = text(browser, f'#by-band tr[data-band="{band}"] [data-count="ended"]')
         assert int(ended) == 8
     assert browser.find_element(By.CSS_SELECTOR, "svg.chart polyline[data-series=completions]")
     shot(browser, artifacts, "overview")
