@@ -28,8 +28,17 @@ typecheck: install
 imports: install
 	$(BIN)/lint-imports
 
+# The browser tier (tests/browser) drives Debian's headless Chromium through its chromium-driver.
+BROWSER := $(wildcard /usr/bin/chromium)
+DRIVER := $(wildcard /usr/bin/chromedriver)
+
 test: lint typecheck imports
+ifneq ($(and $(BROWSER),$(DRIVER)),)
 	$(BIN)/pytest -q
+else
+	@echo "make test: no Chromium, so no browser tier (tests/browser); install it with: apt-get install -y chromium chromium-driver"
+	$(BIN)/pytest -q --ignore=tests/browser
+endif
 
 unit: install
 	$(BIN)/pytest -q tests/unit

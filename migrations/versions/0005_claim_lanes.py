@@ -294,7 +294,7 @@ CREATE FUNCTION agent_claim(
     lease interval, deadline_at timestamptz, leased_until timestamptz, holder text,
     end_reason text, ended_at timestamptz, continues uuid, domain_row boolean,
     trace_context jsonb, last_error_type text, last_error text, last_failure_class text,
-    claim_band integer, claim_load bigint
+    claimed_at timestamptz, claim_band integer, claim_load bigint
 ) LANGUAGE plpgsql
 -- Every read here goes through an index: a sequential scan of the lanes or the runs would make
 -- the claim's cost grow with them, whatever the planner thinks of a generic plan's row counts.
@@ -446,8 +446,8 @@ BEGIN
         SELECT r.id, r.kind, r.workspace, r.subject, r.band, r.payload, r.state, r.epoch,
                r.attempt, r.seq, r.enqueued_at, r.due_at, r.lease, r.deadline_at,
                r.leased_until, r.holder, r.end_reason, r.ended_at, r.continues, r.domain_row,
-               r.trace_context, r.last_error_type, r.last_error, r.last_failure_class, x.eb,
-               x.load
+               r.trace_context, r.last_error_type, r.last_error, r.last_failure_class,
+               r.claimed_at, x.eb, x.load
         FROM unnest(ids, bands, loads) WITH ORDINALITY AS x (id, eb, load, ord)
         CROSS JOIN LATERAL (SELECT * FROM agent_run r WHERE r.id = x.id) r
         ORDER BY x.ord;

@@ -113,6 +113,9 @@ _HOMES: dict[str, str] = {
     "KubernetesSandboxClaims": "agentruns.adapters.kubernetes.claims",
     "gateway_url_of": "agentruns.adapters.kubernetes.claims",
     "create_gateway": "agentruns.entrypoints.gateway",
+    # The web console (the `console` extra; ADRs/0018)
+    "ConsoleAccess": "agentruns.entrypoints.console.access",
+    "create_console": "agentruns.entrypoints.console",
 }
 
 __all__ = sorted(_HOMES)
@@ -263,6 +266,12 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
     from agentruns.entrypoints.connect import (
         AgentRunsClient as AgentRunsClient,
         connect as connect,
+    )
+    from agentruns.entrypoints.console import (
+        create_console as create_console,
+    )
+    from agentruns.entrypoints.console.access import (
+        ConsoleAccess as ConsoleAccess,
     )
     from agentruns.entrypoints.container import (
         SandboxHosting as SandboxHosting,

@@ -57,6 +57,18 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
+def test_the_wheel_ships_the_console_templates_and_static_files(wheel: Path) -> None:
+    import zipfile
+
+    names = set(zipfile.ZipFile(wheel).namelist())
+    console = "agentruns/entrypoints/console"
+    for template in ("base.html", "overview.html", "overview_live.html", "run.html", "runs.html"):
+        assert f"{console}/templates/{template}" in names
+    assert f"{console}/static/console.css" in names
+    assert f"{console}/static/console.js" in names
+    assert "agentruns/_migrations/versions/0009_console_indexes.py" in names
+
+
 def test_the_wheel_installs_and_the_readme_session_runs_as_written(
     wheel: Path, tmp_path: Path, private_dir: Path
 ) -> None:

@@ -102,7 +102,8 @@ class ClaimRequest:
 @dataclass(frozen=True, slots=True)
 class RunQuery:
     """Which runs to list, newest first (by queue order, descending): every filter given must
-    match. ``before_seq`` is the keyset: only runs queued before the run with that queue order
+    match (``enqueued_after`` inclusive, ``enqueued_before`` exclusive). ``before_seq`` is the
+    keyset: only runs queued before the run with that queue order
     (the last one of the previous page). Validated by :meth:`AgentRuns.list_runs`."""
 
     workspace: str | None = None
@@ -110,6 +111,9 @@ class RunQuery:
     kind: str | None = None
     state: AgentRunState | None = None
     reason: TerminationReason | None = None
+    band: Band | None = None
+    enqueued_after: datetime | None = None
+    enqueued_before: datetime | None = None
     before_seq: int | None = None
     limit: int = 50
 
@@ -304,7 +308,11 @@ class EventLog(Protocol):
         :meth:`AgentRuns.settle_group`)."""
         ...
 
-    async def list(self, tx: Transaction, run_id: UUID) -> list[RunEvent]: ...
+    async def list(
+        self, tx: Transaction, run_id: UUID, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[RunEvent]:
+        """The run's events in order: those after ``after_seq``, at most ``limit`` of them."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

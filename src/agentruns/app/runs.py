@@ -503,13 +503,17 @@ class AgentRuns:
         kind: str | None = None,
         state: AgentRunState | str | None = None,
         reason: TerminationReason | str | None = None,
+        band: Band | str | int | None = None,
+        enqueued_after: datetime | None = None,
+        enqueued_before: datetime | None = None,
         limit: int = 50,
         cursor: str | None = None,
     ) -> RunPage:
         """Runs matching every filter given, newest first (latest enqueued first), a page of up
         to ``limit`` (at most 1,000) at a time. Paging is by keyset: a page's ``next_cursor``
         continues exactly after its last run, whatever was enqueued meanwhile. ``kind`` may name
-        a kind this process does not register; a bad filter or cursor is
+        a kind this process does not register; ``enqueued_after`` is inclusive and
+        ``enqueued_before`` exclusive; a bad filter or cursor is
         :class:`~agentruns.domain.errors.InvalidRequest`."""
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
             raise InvalidRequest(f"a page holds 1 to {MAX_PAGE} runs, not {limit!r}")
@@ -519,6 +523,9 @@ class AgentRuns:
             kind=None if kind is None else _name(kind, "kind"),
             state=None if state is None else _parse(AgentRunState, state, "state"),
             reason=None if reason is None else _parse(TerminationReason, reason, "reason"),
+            band=None if band is None else Band.parse(band),
+            enqueued_after=limits.optional_moment(enqueued_after, "enqueued_after"),
+            enqueued_before=limits.optional_moment(enqueued_before, "enqueued_before"),
             before_seq=None if cursor is None else _seq_of(cursor),
             # One more than the page, to know whether another page follows.
             limit=limit + 1,
@@ -529,10 +536,29 @@ class AgentRuns:
         more = len(found) > limit
         return RunPage(page, f"{_CURSOR_PREFIX}{page[-1].seq}" if more else None)
 
-    async def events(self, run_id: UUID) -> list[RunEvent]:
+    async def events(
+        self, run_id: UUID, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[RunEvent]:
+        """The run's step events in order; with ``after_seq`` and ``limit``, a page of them
+        (those after that event, at most ``limit``: a run may have many)."""
+        limits.run_id(run_id)
+        if isinstance(after_seq, bool) or not isinstance(after_seq, int) or after_seq < 0:
+            raise InvalidRequest(f"after_seq is a whole number, not {limits.shown(after_seq)}")
+        if limit is not None and (
+            isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE
+        ):
+            raise InvalidRequest(f"a page holds 1 to {MAX_PAGE} events, not {limits.shown(limit)}")
+        async with self.transaction() as inner:
+            return await self._stores.events.list(
+                inner, run_id, after_seq=min(after_seq, limits.MAX_EPOCH), limit=limit
+            )
+
+    async def continued_by(self, run_id: UUID) -> AgentRun | None:
+        """The run that continues run ``run_id`` (a retry, or a host's ``continue_after``), if
+        one does."""
         limits.run_id(run_id)
         async with self.transaction() as inner:
-            return await self._stores.events.list(inner, run_id)
+            return await self._stores.runs.continuation_of(inner, run_id)
 
     async def failures(self, run_id: UUID) -> list[FailureRecord]:
         """The run's failed attempts, oldest first: each with its error type, message, failure

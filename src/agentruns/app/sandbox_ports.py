@@ -141,6 +141,11 @@ class SandboxStore(Protocol):
 
     async def deleting(self, tx: Transaction, limit: int) -> list[AgentSandbox]: ...
 
+    async def listing(self, tx: Transaction, limit: int) -> list[AgentSandbox]:
+        """Sandboxes for an operator (the console): live ones first, newest request first,
+        then those being deleted; at most ``limit``."""
+        ...
+
     async def delete(self, tx: Transaction, sandbox_id: UUID) -> None:
         """Delete a DELETING row (its claim is gone)."""
         ...

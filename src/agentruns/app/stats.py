@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Protocol
 
+from agentruns.app.overview import Overview, WorkspaceLoads
 from agentruns.app.ports import BudgetHold, Transaction
 from agentruns.domain.bands import Band
 from agentruns.domain.claim_order import SubjectKey
@@ -143,4 +144,19 @@ class RunStats(Protocol):
     async def unsettled(self, tx: Transaction) -> int:
         """Runs that are neither ENDED with a reason, QUEUED with a due time, nor LEASED with a
         lease expiry: always zero, or an invariant broke."""
+        ...
+
+    async def overview(
+        self, tx: Transaction, *, window: timedelta, soon: timedelta, expiring: int = 20
+    ) -> Overview:
+        """Runs queued and leased now by band and kind, ended within ``window`` by band, kind
+        and reason; per minute of the window, claims, completions, requeues, dead letters and
+        lost leases; queue wait p50/p95 by band over the window's claims; and the leases that
+        expire within ``soon`` (the first ``expiring`` of them, soonest first, and how many).
+        :mod:`agentruns.app.overview` says how each figure is derived."""
+        ...
+
+    async def workspace_loads(self, tx: Transaction) -> WorkspaceLoads:
+        """Per workspace: queued runs by band, leased runs, the oldest due run's due time, the
+        active flag and the budget hold in force."""
         ...

@@ -46,6 +46,7 @@ class RunChange:
     holder: str | None
     end_reason: TerminationReason | None
     ended_at: datetime | None
+    claimed_at: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -59,6 +60,8 @@ class AgentRun:
     until ``now + lease``. ``domain_row`` says whether its kind kept a domain row when it was
     enqueued (a command that did not load the kind may then still cancel it); ``trace_context``
     is the enqueuer's trace, which the run's spans join; ``last_failure`` is its newest failure.
+    ``claimed_at`` is when the current epoch's claim took the run (its queue wait is
+    ``claimed_at - due_at`` while it is leased or once it ended; a requeue moves ``due_at``).
     """
 
     id: UUID
@@ -83,6 +86,7 @@ class AgentRun:
     domain_row: bool = False
     trace_context: dict[str, str] | None = field(default=None, compare=False)
     last_failure: LastFailure | None = None
+    claimed_at: datetime | None = None
 
     @property
     def fence(self) -> AgentRunFence:
@@ -100,6 +104,7 @@ class AgentRun:
             holder=self.holder,
             end_reason=self.end_reason,
             ended_at=self.ended_at,
+            claimed_at=self.claimed_at,
         )
 
     def apply(self, change: RunChange) -> AgentRun:
@@ -117,6 +122,7 @@ class AgentRun:
             holder=change.holder,
             end_reason=change.end_reason,
             ended_at=change.ended_at,
+            claimed_at=change.claimed_at,
         )
 
     def is_expired(self, now: datetime) -> bool:
@@ -169,6 +175,7 @@ def claim(run: AgentRun, *, holder: str, now: datetime) -> RunChange:
         epoch=run.epoch + 1,
         leased_until=now + run.lease,
         holder=holder,
+        claimed_at=now,
     )
 
 

@@ -21,21 +21,17 @@ be reached. Every answer but a success is ``{"detail": <a fixed phrase of its st
 refusal echoes the input or says which check failed. Each route is one transaction, so a refused
 call writes nothing.
 
-:func:`serve` runs the app with uvicorn until the caller's stop event is set.
+:func:`serve` (from :mod:`agentruns.entrypoints.http`) runs the app with uvicorn until the
+caller's stop event is set.
 """
 
 # No ``from __future__ import annotations`` here: FastAPI reads the route signatures at runtime,
 # and the token dependency is a closure over the use cases.
-import asyncio
-import math
-import socket
-from collections.abc import Awaitable, Callable, Iterator
-from contextlib import contextmanager, suppress
+from collections.abc import Awaitable, Callable
 from datetime import datetime
 from typing import Annotated, Literal, Self
 from uuid import UUID
 
-import uvicorn
 from fastapi import APIRouter, FastAPI, Header, Request, Response
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
@@ -59,6 +55,9 @@ from agentruns.domain.limits import MAX_EPOCH
 from agentruns.domain.run import AgentRun
 from agentruns.domain.sandbox import AgentSandbox
 from agentruns.domain.termination import TerminationReason
+from agentruns.entrypoints.http import serve
+
+__all__ = ["MAX_BODY_BYTES", "PREFIX", "create_gateway", "serve"]
 
 PREFIX = "/internal/agent"
 # A renewal or an end is a few dozen bytes; nothing a sandbox sends comes near this.
@@ -283,67 +282,3 @@ def create_gateway(
     app.add_exception_handler(HTTPException, http_error)
     app.add_middleware(_Gate, sandboxes=sandboxes, max_body=max_body)
     return app
-
-
-class _Server(uvicorn.Server):
-    """uvicorn without its own signal handlers: the caller's stop event ends it, and the
-    process's handlers (the command's) stay in place."""
-
-    @contextmanager
-    def capture_signals(self) -> Iterator[None]:
-        yield
-
-
-def _bind(host: str, port: int) -> socket.socket:
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
-    sock = socket.socket(family, socket.SOCK_STREAM)
-    try:
-        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        sock.bind((host, port))
-        # Listening now, so a call that comes before uvicorn accepts waits instead of failing.
-        sock.listen(2048)
-    except OSError:
-        sock.close()
-        raise
-    return sock
-
-
-async def serve(
-    app: FastAPI,
-    host: str,
-    port: int,
-    stop: asyncio.Event,
-    *,
-    started: Callable[[str], None],
-    grace: float | None = None,
-) -> None:
-    """Serve ``app`` on ``host:port`` until ``stop`` is set, then stop accepting and give calls in
-    flight ``grace`` seconds. The port is bound first (``OSError`` if it cannot be, ``0`` picks a
-    free one), then ``started`` gets the URL."""
-    sock = _bind(host, port)
-    bound_port = sock.getsockname()[1]
-    config = uvicorn.Config(
-        app,
-        lifespan="off",
-        ws="none",
-        log_config=None,
-        access_log=False,
-        # Whole seconds, rounded up: uvicorn's 0 cancels calls in flight at once.
-        timeout_graceful_shutdown=math.ceil(grace) if grace is not None else None,
-    )
-    server = _Server(config)
-    serving = asyncio.create_task(server.serve(sockets=[sock]))
-    stopping = asyncio.create_task(stop.wait())
-    shown = f"[{host}]" if ":" in host else host
-    started(f"http://{shown}:{bound_port}")
-    try:
-        await asyncio.wait({serving, stopping}, return_when=asyncio.FIRST_COMPLETED)
-    finally:
-        server.should_exit = True
-        stopping.cancel()
-        with suppress(asyncio.CancelledError):
-            await stopping
-        try:
-            await serving
-        finally:
-            sock.close()

@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import timedelta
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field, PositiveInt
+from pydantic import BeforeValidator, Field, PositiveInt, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agentruns.domain.durations import parse_duration
@@ -46,3 +46,8 @@ class AgentRunsSettings(BaseSettings):
     scheduler: Literal["both", "worker", "reaper", "off"] = "both"
     scheduler_interval: Duration = timedelta(seconds=5)
     schedule_tick_retention: Duration = timedelta(days=7)
+    # The web console's credential (ADRs/0018): a bearer token, or a user and password for basic
+    # auth. `agentruns console` serves any address but localhost only with one of them.
+    console_token: SecretStr | None = None
+    console_user: str | None = None
+    console_password: SecretStr | None = None

@@ -277,6 +277,15 @@ class MemoryRunStore(RunStore):
         self._database.check(tx)
         return list(self._failures_of(run_id))
 
+    def all_failures(self) -> list[FailureRecord]:
+        """Every failed attempt of every run (the read model's per-minute counts)."""
+        return [
+            record
+            for run_id, records in self._failures.items()
+            if self.rows.get(run_id) is not None
+            for record in records
+        ]
+
     def _failures_of(self, run_id: UUID) -> tuple[FailureRecord, ...]:
         # A purged run's failures go with it, as ON DELETE CASCADE does in PostgreSQL.
         if self.rows.get(run_id) is None:
@@ -352,9 +361,12 @@ class MemoryEventLog(EventLog):
         self._events.put(tx, fence.run_id, (*existing, event))
         return event
 
-    async def list(self, tx: Transaction, run_id: UUID) -> list[RunEvent]:
+    async def list(
+        self, tx: Transaction, run_id: UUID, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[RunEvent]:
         self._database.check(tx)
-        return list(self._events_of(run_id))
+        found = [event for event in self._events_of(run_id) if event.seq > after_seq]
+        return found if limit is None else found[:limit]
 
     def _events_of(self, run_id: UUID) -> tuple[RunEvent, ...]:
         # Events of a purged run go with it, as ON DELETE CASCADE does in PostgreSQL.
@@ -370,5 +382,8 @@ def _matches(run: AgentRun, query: RunQuery) -> bool:
         and (query.kind is None or run.kind == query.kind)
         and (query.state is None or run.state is query.state)
         and (query.reason is None or run.end_reason is query.reason)
+        and (query.band is None or run.band is query.band)
+        and (query.enqueued_after is None or run.enqueued_at >= query.enqueued_after)
+        and (query.enqueued_before is None or run.enqueued_at < query.enqueued_before)
         and (query.before_seq is None or run.seq < query.before_seq)
     )

@@ -134,6 +134,13 @@ class MemorySandboxStore(SandboxStore):
         rows = [row for row in self.rows.values() if row.state is SandboxState.DELETING]
         return sorted(rows, key=lambda row: row.requested_at)[:limit]
 
+    async def listing(self, tx: Transaction, limit: int) -> list[AgentSandbox]:
+        self._database.check(tx)
+        rows = sorted(self.rows.values(), key=lambda row: (row.requested_at, str(row.id)))
+        rows.sort(key=lambda row: row.requested_at, reverse=True)
+        rows.sort(key=lambda row: row.state is SandboxState.DELETING)
+        return rows[:limit]
+
     async def delete(self, tx: Transaction, sandbox_id: UUID) -> None:
         self._database.check(tx)
         sandbox = self.rows.get(sandbox_id)

@@ -77,6 +77,8 @@ def run_from_row(row: RowMapping) -> AgentRun:
         domain_row=row["domain_row"],
         trace_context=row["trace_context"],
         last_failure=_last_failure(row),
+        # The claim function (0005) returns its own column list, without it.
+        claimed_at=row.get("claimed_at"),
     )
 
 
@@ -201,12 +203,19 @@ class PostgresRunStore(RunStore):
             "workspace": query.workspace,
             "subject": query.subject,
             "kind": query.kind,
-            "state": None if query.state is None else query.state.value,
+            "band": None if query.band is None else int(query.band),
             "reason": None if query.reason is None else query.reason.value,
+            "enqueued_after": query.enqueued_after,
+            "enqueued_before": query.enqueued_before,
             "before_seq": query.before_seq,
         }
         given = {name: value for name, value in filters.items() if value is not None}
-        rows = await fetch(tx, sql.list_runs(given), {**given, "limit": query.limit})
+        statement = sql.list_runs(
+            given,
+            None if query.state is None else query.state.value,
+            None if query.reason is None else query.reason.value,
+        )
+        rows = await fetch(tx, statement, {**given, "limit": query.limit})
         return [run_from_row(row) for row in rows]
 
     async def claim(self, tx: Tx, request: ClaimRequest) -> list[AgentRun]:
@@ -473,8 +482,11 @@ class PostgresEventLog(EventLog):
         )
         return _event(rows[0])
 
-    async def list(self, tx: Tx, run_id: UUID) -> list[RunEvent]:
-        return [_event(row) for row in await fetch(tx, sql.LIST_EVENTS, {"run_id": run_id})]
+    async def list(
+        self, tx: Tx, run_id: UUID, *, after_seq: int = 0, limit: int | None = None
+    ) -> list[RunEvent]:
+        params = {"run_id": run_id, "after_seq": after_seq, "limit": limit}
+        return [_event(row) for row in await fetch(tx, sql.LIST_EVENTS, params)]
 
 
 def _event(row: RowMapping) -> RunEvent:

@@ -103,3 +103,9 @@ DELETE = statement("DELETE FROM agent_sandbox WHERE id = :id AND state = 'deleti
 CLAIM_NAMES = statement(
     "SELECT claim_name FROM agent_sandbox WHERE claim_name = ANY(CAST(:names AS text[]))"
 )
+
+# The console's sandboxes page: live first, newest request first (a few hundred rows at most).
+LISTING = statement(f"""
+SELECT {SANDBOX_COLUMNS} FROM agent_sandbox
+ORDER BY state = 'deleting', requested_at DESC, id LIMIT :limit
+""")

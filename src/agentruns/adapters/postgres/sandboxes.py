@@ -118,6 +118,10 @@ class PostgresSandboxStore(SandboxStore):
         rows = await fetch(tx, sql.DELETING, {"limit": limit})
         return [sandbox_from_row(row) for row in rows]
 
+    async def listing(self, tx: Transaction, limit: int) -> list[AgentSandbox]:
+        rows = await fetch(tx, sql.LISTING, {"limit": limit})
+        return [sandbox_from_row(row) for row in rows]
+
     async def delete(self, tx: Transaction, sandbox_id: UUID) -> None:
         if await execute(tx, sql.DELETE, {"id": sandbox_id}):
             return

@@ -119,6 +119,7 @@ agent_run = Table(
     ),
 )
 
+_QUEUED = text("state = 'queued'")
 _LEASED = text("state = 'leased'")
 
 # A subject is named within its workspace; its head is its leased run, or else its first queued
@@ -158,6 +159,37 @@ Index(
 )
 Index("ix_agent_run_ended_at", agent_run.c.ended_at, postgresql_where=text("state = 'ended'"))
 
+# The console's list and overview (migrations/versions/0009_console_indexes.py): each partial
+# on one state, so only a row version entering that state writes it (ADRs/0018).
+_ENDED = text("state = 'ended'")
+Index("ix_agent_run_queued_seq", agent_run.c.seq, postgresql_where=_QUEUED)
+Index(
+    "ix_agent_run_queued_console",
+    agent_run.c.workspace,
+    agent_run.c.subject,
+    agent_run.c.seq,
+    postgresql_include=["band", "kind", "due_at"],
+    postgresql_where=_QUEUED,
+)
+Index("ix_agent_run_ended_seq", agent_run.c.seq, postgresql_where=_ENDED)
+Index(
+    "ix_agent_run_ended_workspace", agent_run.c.workspace, agent_run.c.seq, postgresql_where=_ENDED
+)
+Index(
+    "ix_agent_run_ended_subject",
+    agent_run.c.workspace,
+    agent_run.c.subject,
+    agent_run.c.seq,
+    postgresql_where=_ENDED,
+)
+Index(
+    "ix_agent_run_ended_unsuccessful",
+    agent_run.c.end_reason,
+    agent_run.c.seq,
+    postgresql_where=text("state = 'ended' AND end_reason <> 'completed'"),
+)
+
+
 # An event's run is checked by the guard guard_agent_run_event_insert, not by a foreign key
 # (migrations/versions/0005_claim_lanes.py), and a deleted run's events go with it (agent_run_gone).
 agent_run_event = Table(
@@ -193,6 +225,7 @@ agent_run_failure = Table(
     Column("recorded_at", TZ, nullable=False),
 )
 Index("ix_agent_run_failure_run", agent_run_failure.c.run_id, agent_run_failure.c.id)
+Index("ix_agent_run_failure_recorded", agent_run_failure.c.recorded_at)
 
 # A sandbox's row owns its claim (migrations/versions/0002_sandboxes.py; the trigger
 # guard_agent_sandbox keeps the state table and the identity).

@@ -24,7 +24,7 @@ NOW = "COALESCE(CAST(:now AS timestamptz), now())"
 RUN_COLUMNS = (
     "id, kind, workspace, subject, band, payload, state, epoch, attempt, seq, enqueued_at, "
     "due_at, lease, deadline_at, leased_until, holder, end_reason, ended_at, continues, "
-    "domain_row, trace_context, last_error_type, last_error, last_failure_class"
+    "domain_row, trace_context, last_error_type, last_error, last_failure_class, claimed_at"
 )
 _R_COLUMNS = ", ".join(f"r.{column.strip()}" for column in RUN_COLUMNS.split(","))
 
@@ -265,33 +265,63 @@ DELETE FROM agent_run WHERE id IN (SELECT id FROM doomed) RETURNING id
 
 # The read API (AgentRuns.list_runs): newest first, keyset-paged on the queue order. One text per
 # set of filters given, so each runs on a generic plan of its own that never tests a parameter
-# for NULL (ADRs/0011: every statement runs on its generic plan).
+# for NULL (ADRs/0011: every statement runs on its generic plan). The runs of each state are a
+# branch of their own whose state is written out, so each branch reads its state's partial
+# indexes in queue order and the first page of the three gives the page (ADRs/0018): the console's
+# indexes are written only when a row enters their state, never by a renewal.
 _LIST_FILTERS = {
     "workspace": "workspace = :workspace",
     "subject": "subject = :subject",
     "kind": "kind = :kind",
-    "state": "state = :state",
+    "band": "band = :band",
     "reason": "end_reason = :reason",
+    "enqueued_after": "enqueued_at >= :enqueued_after",
+    "enqueued_before": "enqueued_at < :enqueued_before",
     "before_seq": "seq < :before_seq",
 }
+LIST_STATES = ("queued", "leased", "ended")
+# The one end reason most runs end with; the others are few, and an index of their own finds
+# them (a dead letter among a million completed runs).
+_SUCCESS = "completed"
 
 
-def list_runs(filters: Iterable[str]) -> TextClause:
+def list_runs(
+    filters: Iterable[str], state: str | None = None, reason: str | None = None
+) -> TextClause:
     """The listing statement for these filters (names of :class:`~agentruns.app.ports.RunQuery`
-    fields that are set); the same set gives the same statement."""
-    return _list_runs(frozenset(filters))
+    fields that are set, besides ``state``), in the given ``state`` (else every state) and, for
+    an end ``reason``, whether it is the common one; the same arguments give the same statement."""
+    return _list_runs(frozenset(filters), state, None if reason is None else reason == _SUCCESS)
 
 
 @cache
-def _list_runs(filters: frozenset[str]) -> TextClause:
+def _list_runs(filters: frozenset[str], state: str | None, success: bool | None) -> TextClause:
     unknown = filters - _LIST_FILTERS.keys()
     if unknown:
         raise ValueError(f"no run filter named {sorted(unknown)}")
-    where = " AND ".join(_LIST_FILTERS[name] for name in _LIST_FILTERS if name in filters)
+    if state is not None and state not in LIST_STATES:
+        raise ValueError(f"no run state {state!r}")
+    where = [_LIST_FILTERS[name] for name in _LIST_FILTERS if name in filters]
+    if success is not None:
+        states = ["ended"] if state in (None, "ended") else []
+        where.append("end_reason = 'completed'" if success else "end_reason <> 'completed'")
+    else:
+        states = list(LIST_STATES) if state is None else [state]
+    branches = [
+        f"SELECT {RUN_COLUMNS} FROM agent_run WHERE " + " AND ".join([f"state = '{name}'", *where])
+        for name in states
+    ] or [f"SELECT {RUN_COLUMNS} FROM agent_run WHERE false"]
+    if len(branches) == 1:
+        return statement(f"{branches[0]}\nORDER BY seq DESC LIMIT :limit")
+    # Each branch takes its own first page from its index, so the merge sorts three pages at
+    # most, whatever the size of the table.
+    union = "\n  UNION ALL\n  ".join(
+        f"({branch} ORDER BY seq DESC LIMIT :limit)" for branch in branches
+    )
     return statement(f"""
-SELECT {RUN_COLUMNS} FROM agent_run
-{f"WHERE {where}" if where else ""}
-ORDER BY seq DESC LIMIT :limit
+SELECT * FROM (
+  {union}
+) runs ORDER BY seq DESC LIMIT :limit
 """)
 
 
@@ -477,7 +507,7 @@ ORDER BY w.ord
 
 LIST_EVENTS = statement("""
 SELECT run_id, seq, epoch, type, data, created_at FROM agent_run_event
-WHERE run_id = :run_id ORDER BY seq
+WHERE run_id = :run_id AND seq > :after_seq ORDER BY seq LIMIT :limit
 """)
 
 SET_ACTIVE = statement("""

@@ -79,7 +79,10 @@ def _demo_live(
             "agentruns: the demo's runs stay in the database agentruns_demo; look at them with\n"
             f"  agentruns status --database agentruns_demo{where}\n"
             f"  agentruns runs list --database agentruns_demo{where}\n"
-            f"  agentruns runs show RUN_ID --database agentruns_demo{where}",
+            f"  agentruns runs show RUN_ID --database agentruns_demo{where}\n"
+            "or in a browser (the console extra), at http://127.0.0.1:8300/:\n"
+            f"  agentruns console --database agentruns_demo{where} "
+            "--kinds agentruns.entrypoints.demo.kinds:KINDS",
             markup=False,
         )
         return report

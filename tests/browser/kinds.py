@@ -1,0 +1,56 @@
+"""The kinds the browser tier's worker runs: short steps that drain, a dead letter, a flaky run
+that succeeds on its second attempt, and a long run that renews its lease every half second."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from datetime import timedelta
+
+import agentruns
+
+QUICK = timedelta(seconds=1)
+
+
+async def drain(run: agentruns.AgentRun) -> AsyncIterator[agentruns.StepEvent]:
+    for index in range(3):
+        await asyncio.sleep(0.25)
+        yield agentruns.StepEvent("step", {"index": index, "of": run.subject})
+
+
+async def dead(run: agentruns.AgentRun) -> AsyncIterator[agentruns.StepEvent]:
+    yield agentruns.StepEvent("called the model", {"model": "m-1"})
+    raise agentruns.ProviderError("the API key was revoked", status=401)
+
+
+async def flaky(run: agentruns.AgentRun) -> AsyncIterator[agentruns.StepEvent]:
+    yield agentruns.StepEvent("attempt", {"attempt": run.attempt})
+    if run.attempt == 0:
+        raise agentruns.ProviderError("the model is overloaded", status=503)
+    yield agentruns.StepEvent("answered", {"words": 42})
+
+
+async def long(run: agentruns.AgentRun) -> AsyncIterator[agentruns.StepEvent]:
+    for index in range(240):
+        await asyncio.sleep(0.5)
+        yield agentruns.StepEvent("tick", {"index": index})
+
+
+def _policy(name: str, **changes: object) -> agentruns.RunKindPolicy:
+    backoff = agentruns.Backoff(base=QUICK, cap=QUICK, jitter=0.0)
+    return agentruns.RunKindPolicy(name=name, backoff=backoff, **changes)  # type: ignore[arg-type]
+
+
+KINDS = agentruns.RunKinds(
+    [
+        agentruns.RunKind(_policy("drain"), drain),
+        agentruns.RunKind(_policy("dead"), dead),
+        agentruns.RunKind(_policy("flaky"), flaky),
+        agentruns.RunKind(_policy("long", lease=timedelta(seconds=20)), long),
+    ],
+    schedules=[
+        agentruns.Schedule(
+            "hourly-digest", kind="drain", cron="0 * * * *", workspace="acme", subject="d:{tick}"
+        )
+    ],
+)

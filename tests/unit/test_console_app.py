@@ -1,0 +1,306 @@
+"""The console over the memory adapters, in process: pages, refusals, access, CSRF, actions."""
+
+from __future__ import annotations
+
+import base64
+import re
+from collections.abc import AsyncIterator
+from datetime import UTC, datetime, timedelta
+
+import httpx
+import pytest
+from starlette.applications import Starlette
+from starlette.routing import Mount
+
+import agentruns
+from agentruns import AgentRunsClient, ConsoleAccess, StepEvent, create_console
+from agentruns.domain.errors import LeaseLost
+from agentruns.testing import ManualClock, MemoryFamily
+
+START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+SECRET = "payload-secret-4242"
+TOKEN = "console-token-1234"
+
+
+async def _steps(run: agentruns.AgentRun) -> AsyncIterator[StepEvent]:
+    yield StepEvent("fetched", {"note": "x" * 6000})
+    if run.payload.get("fail"):
+        raise agentruns.ProviderError("bad key", status=401)
+    yield StepEvent("done", {"ok": True})
+
+
+KIND = agentruns.RunKind(agentruns.RunKindPolicy(name="summarise"), _steps)
+DAILY = agentruns.Schedule(
+    "nightly", kind="summarise", every=timedelta(hours=1), workspace="acme", subject="n:{tick}"
+)
+
+
+@pytest.fixture
+async def client() -> AsyncIterator[AgentRunsClient]:
+    clock = ManualClock(START)
+    kinds = agentruns.RunKinds([KIND], schedules=[DAILY])
+    async with agentruns.connect(kinds=kinds, family=MemoryFamily(clock), clock=clock) as made:
+        await made.schedules.sync()
+        for number in range(3):
+            await made.runs.enqueue(
+                "summarise",
+                workspace="acme",
+                subject=f"doc:{number}",
+                payload={"secret": SECRET, "fail": number == 1},
+            )
+        await made.worker(holder="w1").claim_and_drive(limit=3)
+        yield made
+
+
+def _http(app: object, **options: object) -> httpx.AsyncClient:
+    return httpx.AsyncClient(
+        transport=httpx.ASGITransport(app=app),  # type: ignore[arg-type]
+        base_url="http://console.test",
+        **options,  # type: ignore[arg-type]
+    )
+
+
+def _csrf(page: str) -> str:
+    found = re.search(r'name="csrf" value="([^"]+)"', page)
+    assert found, "the confirmation has its CSRF field"
+    return found[1]
+
+
+async def _dead(client: AgentRunsClient) -> agentruns.AgentRun:
+    [dead] = (await client.runs.list_runs(reason="not_retryable")).runs
+    return dead
+
+
+async def test_every_page_renders(client: AgentRunsClient) -> None:
+    dead = await _dead(client)
+    async with _http(create_console(client)) as http:
+        for path in (
+            "/",
+            "/live/overview",
+            "/workspaces",
+            "/workspaces?sort=share&desc=1",
+            "/workspaces?sort=oldest",
+            "/runs",
+            "/runs?state=ended&reason=not_retryable&band=batch&kind=summarise&after=1h",
+            "/runs?workspace=acme&subject=doc:1&before=2030-01-01T00:00",
+            f"/runs/{dead.id}",
+            f"/runs/{dead.id}?events_after=1",
+            "/schedules",
+            "/sandboxes",
+            f"/confirm?action=retry&run={dead.id}",
+            "/confirm?action=hold&workspace=acme",
+            "/confirm?action=pause&schedule=nightly",
+            "/static/console.css",
+            "/static/console.js",
+        ):
+            answer = await http.get(path)
+            assert answer.status_code == 200, (path, answer.text[:500])
+        run_page = (await http.get(f"/runs/{dead.id}")).text
+    assert "bad key" in run_page
+    assert "not_retryable" in run_page
+    assert 'data-epoch="1"' in run_page
+    assert "more characters not shown" in run_page  # the 6,000-character note is cut
+
+
+BAD = [
+    ("/runs/not-a-uuid", 400),
+    ("/runs/00000000-0000-0000-0000-000000000000", 404),
+    ("/runs?state=sleeping", 400),
+    ("/runs?reason=bored", 400),
+    ("/runs?band=loud", 400),
+    ("/runs?limit=0", 400),
+    ("/runs?limit=99999999999999", 400),
+    ("/runs?cursor=xyz", 400),
+    ("/runs?after=yesterday", 400),
+    ("/runs?after=99999999d", 400),
+    ("/runs?workspace=a%00b", 400),
+    ("/runs?workspace=" + "w" * 600, 400),
+    ("/runs?kind=%ff%fe", 200),  # undecodable bytes are replaced: an unknown kind lists nothing
+    ("/runs/00000000-0000-0000-0000-000000000000?events_after=-1", 400),
+    ("/workspaces?sort=mood", 400),
+    ("/confirm?action=explode", 400),
+    ("/confirm?action=cancel", 400),
+    ("/confirm?action=cancel&run=zzz", 400),
+    ("/confirm?action=hold", 400),
+    ("/confirm?action=pause&schedule=nope", 404),
+    ("/nowhere", 404),
+    ("/login", 404),
+]
+
+
+@pytest.mark.parametrize(("path", "status"), BAD)
+async def test_bad_input_gets_a_clear_4xx(client: AgentRunsClient, path: str, status: int) -> None:
+    async with _http(create_console(client)) as http:
+        answer = await http.get(path)
+    assert answer.status_code == status, answer.text[:300]
+    if status >= 400:
+        assert 'id="error"' in answer.text
+
+
+async def test_bad_posts_are_refused_without_a_500(client: AgentRunsClient) -> None:
+    dead = await _dead(client)
+    async with _http(create_console(client)) as http:
+        token = _csrf((await http.get(f"/confirm?action=retry&run={dead.id}")).text)
+        cases = [
+            ("/actions/explode", {"csrf": token}, 404),
+            ("/actions/retry", {"run": str(dead.id)}, 403),
+            ("/actions/retry", {"csrf": "forged-token-forged-token", "run": str(dead.id)}, 403),
+            ("/actions/hold", {"csrf": token, "workspace": "acme", "until": "soon"}, 400),
+            ("/actions/hold", {"csrf": token, "workspace": "acme", "until": "0s"}, 400),
+            ("/actions/hold", {"csrf": token, "workspace": "", "until": "1h"}, 400),
+            ("/actions/cancel", {"csrf": token, "run": str(dead.id)}, 409),
+            ("/actions/pause", {"csrf": token, "schedule": "missing"}, 404),
+        ]
+        for path, form, status in cases:
+            answer = await http.post(path, data=form)
+            assert answer.status_code == status, (path, form, answer.text[:300])
+        raw = await http.post(
+            "/actions/retry",
+            content=b"csrf=\xff\xfe&run=1",
+            headers={"content-type": "application/x-www-form-urlencoded"},
+        )
+        assert raw.status_code == 400
+        huge = await http.post("/actions/retry", content=b"x" * 100_000)
+        assert huge.status_code == 413
+        other_site = await http.post(
+            "/actions/retry",
+            data={"csrf": token, "run": str(dead.id)},
+            headers={"origin": "https://elsewhere.example"},
+        )
+        assert other_site.status_code == 403
+        assert (await http.get("/actions/retry")).status_code == 405
+
+
+async def test_cancelling_a_leased_run_fences_its_holder_out(client: AgentRunsClient) -> None:
+    run = await client.runs.enqueue("summarise", workspace="acme", subject="doc:9")
+    [leased] = await client.runs.claim("holder-x", limit=1)
+    assert leased.id == run.id
+    async with _http(create_console(client)) as http:
+        page = (await http.get(f"/confirm?action=cancel&run={run.id}")).text
+        assert "holder-x" in page
+        answer = await http.post("/actions/cancel", data={"csrf": _csrf(page), "run": str(run.id)})
+        assert answer.status_code == 303
+        assert answer.headers["location"] == f"/runs/{run.id}?notice=cancelled"
+    with pytest.raises(LeaseLost):
+        await client.runs.renew(leased.fence)
+    assert (await client.runs.get(run.id)).end_reason == agentruns.TerminationReason.CANCELLED
+
+
+async def test_retrying_a_dead_letter_continues_it(client: AgentRunsClient) -> None:
+    dead = await _dead(client)
+    async with _http(create_console(client)) as http:
+        page = (await http.get(f"/confirm?action=retry&run={dead.id}")).text
+        answer = await http.post("/actions/retry", data={"csrf": _csrf(page), "run": str(dead.id)})
+        assert answer.status_code == 303
+        later = await client.runs.continued_by(dead.id)
+        assert later is not None
+        assert answer.headers["location"].startswith(f"/runs/{later.id}")
+        # A second retry of the same run is refused: it was continued already.
+        again = await http.get(f"/runs/{dead.id}")
+        assert 'id="retry-run"' not in again.text
+        refused = await http.post("/actions/retry", data={"csrf": _csrf(page), "run": str(dead.id)})
+        assert refused.status_code == 409
+
+
+async def test_workspace_and_schedule_actions(client: AgentRunsClient) -> None:
+    async with _http(create_console(client)) as http:
+        token = _csrf((await http.get("/confirm?action=hold&workspace=acme")).text)
+        held = await http.post(
+            "/actions/hold", data={"csrf": token, "workspace": "acme", "until": "2h", "reason": "$"}
+        )
+        assert held.status_code == 303
+        page = (await http.get("/workspaces")).text
+        assert "budget held until" in page
+        await http.post("/actions/release", data={"csrf": token, "workspace": "acme"})
+        await http.post("/actions/deactivate", data={"csrf": token, "workspace": "acme"})
+        page = (await http.get("/workspaces")).text
+        assert "budget held" not in page
+        assert "inactive" in page
+        await http.post("/actions/pause", data={"csrf": token, "schedule": "nightly"})
+        assert (await client.schedules.get("nightly")).paused
+        await http.post("/actions/resume", data={"csrf": token, "schedule": "nightly"})
+        assert not (await client.schedules.get("nightly")).paused
+
+
+async def test_a_read_only_console_offers_and_accepts_no_action(client: AgentRunsClient) -> None:
+    dead = await _dead(client)
+    async with _http(create_console(client, read_only=True)) as http:
+        token = "forged-token-forged-token"
+        page = (await http.get(f"/runs/{dead.id}")).text
+        assert "read-only" in page
+        assert "/confirm?" not in page
+        assert "/confirm?" not in (await http.get("/workspaces")).text
+        assert (await http.get(f"/confirm?action=retry&run={dead.id}")).status_code == 403
+        answer = await http.post("/actions/retry", data={"csrf": token, "run": str(dead.id)})
+        assert answer.status_code == 403
+    assert await client.runs.continued_by(dead.id) is None
+
+
+async def test_without_the_credential_no_data_is_served(client: AgentRunsClient) -> None:
+    dead = await _dead(client)
+    access = ConsoleAccess(token=TOKEN, user="ops", password="correct-horse")
+    app = create_console(client, access=access)
+    async with _http(app) as http:
+        for path in ("/", "/live/overview", "/runs", f"/runs/{dead.id}", "/workspaces"):
+            for headers in (
+                {},
+                {"authorization": "Bearer wrong-token-123"},
+                {"authorization": "Basic " + base64.b64encode(b"ops:wrong-pass").decode()},
+                {"authorization": "Basic !!!"},
+                {"cookie": "agentruns_session=forged"},
+            ):
+                answer = await http.get(path, headers=headers)
+                assert answer.status_code == 401
+                assert SECRET not in answer.text
+                assert "doc:" not in answer.text
+        assert (await http.get("/static/console.css")).status_code == 200
+        basic = base64.b64encode(b"ops:correct-horse").decode()
+        assert (await http.get("/runs", headers={"authorization": f"Basic {basic}"})).is_success
+        bearer = await http.get(f"/runs/{dead.id}", headers={"authorization": f"Bearer {TOKEN}"})
+        assert SECRET in bearer.text
+        # A browser gives the token once; its session cookie is not the token.
+        assert (await http.post("/login", data={"token": "nope"})).status_code == 401
+        login = await http.post("/login", data={"token": TOKEN})
+        assert login.status_code == 303
+        assert TOKEN not in login.headers["set-cookie"]
+        assert (await http.get("/runs")).status_code == 200
+
+
+async def test_a_host_mounts_the_console_under_its_own_prefix(client: AgentRunsClient) -> None:
+    host = Starlette(routes=[Mount("/ops/agentruns", app=create_console(client))])
+    async with _http(host) as http:
+        page = (await http.get("/ops/agentruns/runs")).text
+        assert 'href="/ops/agentruns/static/console.css"' in page
+        assert 'href="/ops/agentruns/runs/' in page
+        assert (await http.get("/ops/agentruns/static/console.js")).status_code == 200
+
+
+def test_console_access_refuses_a_weak_or_half_credential() -> None:
+    for options in (
+        {},
+        {"token": "short"},
+        {"user": "ops"},
+        {"user": "ops", "password": "short"},
+        {"user": "o:ps", "password": "long-enough"},
+    ):
+        with pytest.raises(ValueError, match="console"):
+            ConsoleAccess(**options)  # type: ignore[arg-type]
+
+
+def test_the_command_refuses_a_network_address_without_a_credential(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from agentruns.entrypoints.cli.main import app
+
+    for name in ("AGENTRUNS_CONSOLE_TOKEN", "AGENTRUNS_CONSOLE_USER", "AGENTRUNS_CONSOLE_PASSWORD"):
+        monkeypatch.delenv(name, raising=False)
+    with pytest.raises(SystemExit) as exited:
+        app(["console", "--host", "0.0.0.0"], prog_name="agentruns")
+    assert exited.value.code == 1
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("agentruns: error: --host 0.0.0.0 is not this machine only")
+    monkeypatch.setenv("AGENTRUNS_CONSOLE_TOKEN", "short")
+    with pytest.raises(SystemExit):
+        app(["console", "--host", "10.0.0.1"], prog_name="agentruns")
+    [line] = capsys.readouterr().err.strip().splitlines()
+    assert "a console token has at least 8 characters" in line
