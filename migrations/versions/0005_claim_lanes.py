@@ -12,10 +12,10 @@ under the same lock (``agent_run_moved``). ``agent_subject`` is gone.
 
 Each ``agent_workspace`` row is the workspace's lane: its leased runs and the first offered head
 of each band, indexed in claim order per band (``ix_agent_workspace_b0..b2`` on leased, due,
-seq), so a claim reads about ``limit`` lanes whatever the number of workspaces. Claims keep the
-lanes of the runs they lease; every other change (an end, a requeue, a take-back, a new head) is
-written to ``agent_workspace_delta`` and folded into the lanes by the next claim, so nothing but
-a claim ever locks a lane row, and a single-tenant host never queues on one hot row.
+seq), so a claim reads about ``limit`` lanes whatever the number of workspaces. Every change a
+lane must hear of (a lease taken or given back, an end, a take-back, a new head) is written to
+``agent_workspace_delta`` and folded into the lanes by the next claim, so nothing but a claim
+ever locks a lane row, and a single-tenant host never queues its ends on one hot row.
 ``agent_claim`` is the claim: fold, then rank the first lanes' heads exactly as the domain's
 ``claim_order`` does, then lease them with ``SKIP LOCKED``.
 
