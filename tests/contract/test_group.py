@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import random
 from datetime import timedelta
 from uuid import uuid4
 
 import pytest
 
+from agentruns.app.kinds import RunKinds
 from agentruns.app.ports import EndWrite, RunEvent, StepWrite
 from agentruns.app.runs import AgentRuns
 from agentruns.app.settler import GroupSettler
+from agentruns.app.worker import Worker
 from agentruns.domain.errors import (
     InvalidPayload,
     InvalidRequest,
@@ -20,7 +23,7 @@ from agentruns.domain.errors import (
 )
 from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.states import AgentRunState
-from agentruns.domain.termination import TerminationReason
+from agentruns.domain.termination import RunOutcome, TerminationReason
 from tests.contract.conftest import Backend
 from tests.contract.kinds import LEASE
 
@@ -165,3 +168,19 @@ async def test_the_settler_gives_each_concurrent_writer_its_own_answer(runs: Age
         assert result.state is AgentRunState.ENDED
         assert [e.seq for e in await runs.events(run.id)] == [1, 2]
     assert await runs.events(taken.id) == []
+
+
+async def test_workers_on_one_agentruns_share_one_settler(
+    backend: Backend, runs: AgentRuns, kinds: RunKinds, rng: random.Random
+) -> None:
+    """Every worker of a process settles through one group, whatever its claimers: two workers
+    driving runs at once both complete them, and an AgentRuns of its own groups apart."""
+    shared = GroupSettler.shared(runs)
+    assert GroupSettler.shared(runs) is shared
+    assert GroupSettler.shared(AgentRuns(backend.stores, kinds, rng)) is not shared
+    for index in range(6):
+        await runs.enqueue("chat", workspace="acme", subject=f"s-{index}", payload={"steps": 1})
+    workers = [Worker(runs, kinds, backend.stores.notifier, rng, holder=f"w-{n}") for n in range(2)]
+    assert await asyncio.gather(*(worker.claim_and_drive(3) for worker in workers)) == [3, 3]
+    for worker in workers:
+        assert worker.stats.outcomes == {RunOutcome.COMPLETED: 3}

@@ -7,12 +7,17 @@ so the group grows with the load and an idle worker still writes at once. A grou
 :meth:`AgentRuns.settle_group`: set-based statements, each row under its own fence, so a failed
 fence refuses only its run. If the group's transaction fails as a whole (a deadlock, a lost
 connection), each write is retried alone, so every run still gets its own answer.
+
+Workers share groups: :meth:`GroupSettler.shared` gives every worker built on one
+:class:`AgentRuns` the same settler (one per event loop), so the runs of all of a process's
+claimers settle together, however the host split its claiming.
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from weakref import WeakKeyDictionary
 
 from agentruns.app.ports import EndWrite, RunEvent, StepWrite
 from agentruns.app.runs import AgentRuns
@@ -26,6 +31,21 @@ _Result = RunEvent | AgentRun | AgentRunsError
 
 
 class GroupSettler:
+    _shared: WeakKeyDictionary[
+        AgentRuns, WeakKeyDictionary[asyncio.AbstractEventLoop, GroupSettler]
+    ]
+    _shared = WeakKeyDictionary()
+
+    @classmethod
+    def shared(cls, runs: AgentRuns) -> GroupSettler:
+        """The settler every worker on ``runs`` uses in the running event loop."""
+        loop = asyncio.get_running_loop()
+        per_loop = cls._shared.setdefault(runs, WeakKeyDictionary())
+        settler = per_loop.get(loop)
+        if settler is None:
+            settler = per_loop[loop] = cls(runs)
+        return settler
+
     def __init__(self, runs: AgentRuns, *, max_group: int = 64) -> None:
         if max_group < 1:
             raise ValueError("a group holds at least one write")

@@ -81,8 +81,9 @@ class Worker:
         self._tracing = tracing or NoTracing()
         self._running: set[asyncio.Task[RunOutcome]] = set()
         self.stats = WorkerStats()
-        # Step boundaries and ends of concurrently running runs share transactions (ADRs/0011).
-        self._settler = GroupSettler(runs) if group_commit else None
+        # Step boundaries and ends of concurrently running runs share transactions (ADRs/0011),
+        # with every other worker's on the same AgentRuns (ADRs/0017).
+        self._group_commit = group_commit
 
     async def drive(self, run: AgentRun, *, claim_seconds: float = 0.0) -> RunOutcome:
         """Run a leased run's steps to its outcome (``claim_seconds``: how long the claim that
@@ -140,10 +141,12 @@ class Worker:
                 span.end(self._describe(run, kind, error))
                 raise
             try:
-                if self._settler is None:
-                    await self._runs.step_boundary(fence, event.type, event.data)
+                if self._group_commit:
+                    await GroupSettler.shared(self._runs).step_boundary(
+                        fence, event.type, event.data
+                    )
                 else:
-                    await self._settler.step_boundary(fence, event.type, event.data)
+                    await self._runs.step_boundary(fence, event.type, event.data)
             finally:
                 span.end()
             self._metrics.renewed(run.kind)
@@ -203,8 +206,8 @@ class Worker:
     async def _end(self, run: AgentRun, reason: TerminationReason) -> None:
         """End the run with the group, unless its kind has a domain row: then alone, so its
         handler locks that row first and moves it in the same transaction."""
-        if self._settler is not None and not self._kinds.get(run.kind).handler.has_domain_row:
-            await self._settler.end(run.fence, reason)
+        if self._group_commit and not self._kinds.get(run.kind).handler.has_domain_row:
+            await GroupSettler.shared(self._runs).end(run.fence, reason)
         else:
             await self._runs.end(run.fence, reason)
 
