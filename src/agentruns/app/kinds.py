@@ -120,6 +120,7 @@ class RunKinds:
     ) -> None:
         self._kinds: dict[str, RunKind] = {}
         self._domain_rows = False
+        self._plain = True
         self._schedules = Schedules()
         for kind in kinds:
             self.register(kind)
@@ -131,6 +132,7 @@ class RunKinds:
             raise ValueError(f"run kind {kind.name!r} is registered twice")
         self._kinds[kind.name] = kind
         self._domain_rows = self._domain_rows or kind.handler.has_domain_row
+        self._plain = self._plain and type(kind.handler) is NoDomainRow
 
     def schedule(self, schedule: Schedule) -> None:
         """Declare a schedule of runs of a registered kind (synced to the table on start)."""
@@ -149,6 +151,12 @@ class RunKinds:
         """Whether some kind's handler keeps a domain row (``handler.has_domain_row``): if none
         does, a settle need not read its run to find the row to lock first."""
         return self._domain_rows
+
+    @property
+    def plain(self) -> bool:
+        """Whether every kind's handler is the plain :class:`NoDomainRow` (no domain row, no
+        budget check, nothing to do when a run moves): then a claim is its one statement."""
+        return self._plain
 
     def get(self, name: str) -> RunKind:
         found = self._kinds.get(name) if isinstance(name, str) else None

@@ -48,6 +48,12 @@ class TransactionScope(Protocol):
         """A nested scope in ``tx``: an error inside undoes only what the scope wrote."""
         ...
 
+    def statement(self) -> AbstractAsyncContextManager[Transaction]:
+        """A scope for a use case that writes in ONE statement (reads may follow it): each
+        statement commits on its own, so the scope costs no round trip to begin or commit.
+        Never for two writes that must commit together."""
+        ...
+
 
 @dataclass(frozen=True, slots=True)
 class NewRun:

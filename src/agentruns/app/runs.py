@@ -215,6 +215,11 @@ class AgentRuns:
     async def _claim(self, request: ClaimRequest, tx: Transaction | None) -> list[AgentRun]:
         if request.limit < 1 or (request.kinds is not None and not request.kinds):
             return []
+        if tx is None and self._kinds.plain:
+            # No handler checks a budget or moves a row: the claim statement is the whole use
+            # case, committed on its own (ADRs/0017).
+            async with self._stores.scope.statement() as alone:
+                return await self._stores.runs.claim(alone, request)
         for _ in range(_MAX_CLAIM_ROUNDS):
             try:
                 if tx is None:
@@ -307,7 +312,9 @@ class AgentRuns:
                 results[index] = refused
             else:
                 steps.append((index, checked))
-        async with self.transaction() as inner:
+        # Ends alone are one statement (and reads only for refused fences): no BEGIN, no COMMIT.
+        scope = self._stores.scope.statement() if not steps else self._stores.scope.transaction()
+        async with scope as inner:
             if steps:
                 stepped = await self._stores.events.renew_and_append_many(
                     inner, [write for _, write in steps]

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator, Callable, Iterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager, asynccontextmanager
 from typing import Generic, TypeVar
 
 from agentruns.app.ports import Transaction, TransactionScope
@@ -75,6 +75,10 @@ class MemoryDatabase(TransactionScope):
             finally:
                 tx.open = False
                 self._current = None
+
+    def statement(self) -> AbstractAsyncContextManager[MemoryTransaction]:
+        # One statement is one atomic write here too: a transaction of its own.
+        return self.transaction()
 
     @asynccontextmanager
     async def savepoint(self, tx: Transaction) -> AsyncIterator[None]:

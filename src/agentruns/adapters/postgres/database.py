@@ -194,6 +194,17 @@ class PostgresDatabase(TransactionScope):
             raise translate(exc) from exc
 
     @asynccontextmanager
+    async def statement(self) -> AsyncIterator[PostgresTransaction]:
+        # Autocommit: psycopg sends no BEGIN and no COMMIT, so a claim or a group end costs one
+        # round trip, as the raw queue's statements do (ADRs/0017).
+        try:
+            async with self.engine.connect() as connection:
+                await connection.execution_options(isolation_level="AUTOCOMMIT")
+                yield PostgresTransaction(connection)
+        except (SQLAlchemyError, psycopg.Error, OSError) as exc:
+            raise translate(exc) from exc
+
+    @asynccontextmanager
     async def savepoint(self, tx: Transaction) -> AsyncIterator[None]:
         try:
             async with postgres_connection(tx).begin_nested():
