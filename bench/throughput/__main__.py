@@ -64,11 +64,18 @@ def contenders(selected: set[str]) -> list[Contender]:
             lambda url: raw.drain(url, connections=conns, batch=batch),
         )
 
-    def agentruns_setting(claimers: int, batch: int, shared: bool = False) -> Setting:
+    def agentruns_setting(
+        claimers: int, batch: int, shared: bool = False, *, steps: int = 1, workspaces: int = 50
+    ) -> Setting:
+        label = f"{claimers} claimer{'s' if claimers > 1 else ''} x limit {batch}"
+        label += ", one worker" if shared else ""
+        label += ", no step" if steps == 0 else ""
+        label += f", {workspaces} workspace{'s' if workspaces > 1 else ''}" if workspaces != 50 else ""
         return Setting(
-            f"{claimers} claimer{'s' if claimers > 1 else ''} x limit {batch}"
-            + (", one worker" if shared else ""),
-            agentruns_runner.prepare,
+            label,
+            lambda url, jobs: agentruns_runner.prepare(
+                url, jobs, workspaces=workspaces, steps=steps
+            ),
             lambda url: agentruns_runner.drain(url, claimers=claimers, batch=batch, shared=shared),
         )
 
@@ -116,15 +123,21 @@ def contenders(selected: set[str]) -> list[Contender]:
         Contender(
             "agentruns, single claims",
             "agentruns-single",
-            [agentruns_setting(c, 1) for c in (1, 8)]
-            + [agentruns_setting(c, 1, shared=True) for c in (8, 16)],
+            [agentruns_setting(8, 1, steps=0)]
+            + [agentruns_setting(c, 1, shared=True, steps=0) for c in (8, 16)],
             sweep=True,
         ),
         Contender(
-            "agentruns, batch claims",
+            "agentruns, worker loop",
             "agentruns-batch",
-            [agentruns_setting(4, 10)] + [worker_loop_setting(c) for c in (20, 40, 64)],
+            [worker_loop_setting(c) for c in (20, 40, 64)],
             sweep=True,
+        ),
+        Contender(
+            "agentruns, tenancy",
+            "agentruns-tenancy",
+            [agentruns_setting(8, 10, workspaces=w) for w in (50, 1)],
+            sweep=False,
         ),
         Contender(
             "diagnostic: agentruns SQL, bare",
@@ -230,7 +243,7 @@ async def run(args: argparse.Namespace, server: BenchServer) -> list[Row]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench.throughput", description=__doc__)
-    parser.add_argument("--jobs", type=int, default=50_000, help="jobs per drain (50,000)")
+    parser.add_argument("--jobs", type=int, default=15_000, help="jobs per drain (15,000)")
     parser.add_argument("--repeats", type=int, default=3, help="measured drains per setting")
     parser.add_argument(
         "--only",
@@ -240,6 +253,7 @@ def main(argv: list[str] | None = None) -> int:
             "raw-batch",
             "agentruns-single",
             "agentruns-batch",
+            "agentruns-tenancy",
             "bare-sql",
             "procrastinate",
             "pgqueuer",

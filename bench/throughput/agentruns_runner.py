@@ -3,8 +3,10 @@
 Everything that costs is on: every claim is fenced (a new epoch per claim, every write guarded on
 it), fair (the claim orders by effective band with aging, then the workspace with the fewest
 leased runs, then age, one leased run per subject), and every run has one step, whose event is
-persisted after the lease is renewed, before the run ends COMPLETED. Runs are spread over
-``WORKSPACES`` workspaces and ``RUNS_PER_SUBJECT`` runs per subject, so subject FIFO is exercised.
+persisted after the lease is renewed, before the run ends COMPLETED (``steps=0``: no step, so a
+run costs its claim and its end, as the raw single-claim baseline's job does). Runs are spread
+over ``WORKSPACES`` workspaces (``workspaces=1``: a single-tenant host) and ``RUNS_PER_SUBJECT``
+runs per subject, so subject FIFO is exercised.
 
 The queue is filled with one ``INSERT ... SELECT`` through the adapter's own table and triggers
 (the bookkeeping trigger keeps the subject heads the claim reads), which is what
@@ -29,6 +31,7 @@ from agentruns.domain.run import AgentRun
 from agentruns.domain.termination import RunOutcome
 
 KIND = "bench"
+NO_STEP_KIND = "bench-no-step"
 WORKSPACES = 50
 RUNS_PER_SUBJECT = 4
 
@@ -49,17 +52,30 @@ async def one_step(run: AgentRun) -> AsyncIterator[StepEvent]:
     yield StepEvent("step", {})
 
 
+async def no_step(run: AgentRun) -> AsyncIterator[StepEvent]:
+    """A run with no step: claimed, then ended."""
+    return
+    yield  # pragma: no cover - makes this an async generator
+
+
 def kinds() -> RunKinds:
-    return RunKinds([RunKind(RunKindPolicy(name=KIND, lease=timedelta(seconds=30)), one_step)])
+    lease = timedelta(seconds=30)
+    return RunKinds(
+        [
+            RunKind(RunKindPolicy(name=KIND, lease=lease), one_step),
+            RunKind(RunKindPolicy(name=NO_STEP_KIND, lease=lease), no_step),
+        ]
+    )
 
 
-async def prepare(url: str, jobs: int) -> None:
+async def prepare(url: str, jobs: int, *, workspaces: int = WORKSPACES, steps: int = 1) -> None:
     await asyncio.to_thread(migrate, url)
     subjects = max(1, jobs // RUNS_PER_SUBJECT)
+    kind = KIND if steps else NO_STEP_KIND
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         await conn.execute(
             POPULATE,
-            {"kind": KIND, "workspaces": WORKSPACES, "subjects": subjects, "jobs": jobs},
+            {"kind": kind, "workspaces": workspaces, "subjects": subjects, "jobs": jobs},
         )
         await conn.execute("VACUUM ANALYZE")
 
