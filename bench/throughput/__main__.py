@@ -70,7 +70,8 @@ def contenders(selected: set[str]) -> list[Contender]:
         label = f"{claimers} claimer{'s' if claimers > 1 else ''} x limit {batch}"
         label += ", one worker" if shared else ""
         label += ", no step" if steps == 0 else ""
-        label += f", {workspaces} workspace{'s' if workspaces > 1 else ''}" if workspaces != 50 else ""
+        if workspaces != 50:
+            label += f", {workspaces} workspace{'s' if workspaces > 1 else ''}"
         return Setting(
             label,
             lambda url, jobs: agentruns_runner.prepare(
