@@ -65,7 +65,9 @@ from bench.throughput import agentruns_runner
 KIND = "depth"
 WORKSPACES = 1_000
 SUBJECTS = 100_000
-CHUNK = 100_000
+# Rows per inserting statement: each holds its runs' subject locks until it commits, and the
+# server's lock table holds only some ten thousand (max_locks_per_transaction 64).
+CHUNK = 5_000
 RENEWERS = 8
 MEASURES = ("queue", "workspaces", "leased", "drain", "takeback", "renewals")
 

@@ -39,9 +39,14 @@ SELECT gen_random_uuid(), %(kind)s,
        'ws-' || (i %% %(workspaces)s), 'subject-' || (i %% %(subjects)s),
        CASE WHEN i %% 10 = 0 THEN 2 ELSE 1 END, '{}'::jsonb, 'queued', 0, 0,
        now(), now() - interval '1 second', interval '30 seconds'
-FROM generate_series(1, %(jobs)s) AS i
+FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS i
 ORDER BY i
 """
+
+# Rows per inserting statement: the enqueue trigger takes each new run's subject lock until the
+# transaction ends, and a default server's lock table (max_locks_per_transaction 64) holds only
+# some ten thousand of them, so a 100,000-run fill in one statement runs out of shared memory.
+CHUNK = 5_000
 
 
 async def one_step(run: AgentRun) -> AsyncIterator[StepEvent]:
@@ -57,10 +62,17 @@ async def prepare(url: str, jobs: int) -> None:
     await asyncio.to_thread(migrate, url)
     subjects = max(1, jobs // RUNS_PER_SUBJECT)
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        await conn.execute(
-            POPULATE,
-            {"kind": KIND, "workspaces": WORKSPACES, "subjects": subjects, "jobs": jobs},
-        )
+        for first in range(1, jobs + 1, CHUNK):
+            await conn.execute(
+                POPULATE,
+                {
+                    "kind": KIND,
+                    "workspaces": WORKSPACES,
+                    "subjects": subjects,
+                    "first": first,
+                    "last": min(jobs, first + CHUNK - 1),
+                },
+            )
         await conn.execute("VACUUM ANALYZE")
 
 
