@@ -176,14 +176,21 @@ async def claim_latency(runs: AgentRuns, claims: int, limit: int) -> tuple[float
     return statistics.median(timings), _pct(timings, 0.99)
 
 
-async def lease(runs: AgentRuns, holder: str, count: int) -> list[AgentRun]:
-    """Lease ``count`` runs to ``holder``, 100 per claim (fewer if fewer are due)."""
+async def lease(runs: AgentRuns, url: str, holder: str, count: int) -> list[AgentRun]:
+    """Lease ``count`` runs to ``holder``, 100 per claim (fewer if fewer are due), then ANALYZE.
+
+    The fill's statistics say no run is leased; a host whose runs have been leased a while has
+    had them analyzed by autovacuum, and the planner picks its indexes by them (with stale ones
+    the reaper's lookup scans every leased run per run it takes back)."""
     leased: list[AgentRun] = []
     while len(leased) < count:
         claimed = await runs.claim(holder, limit=min(100, count - len(leased)))
         if not claimed:
             break
         leased.extend(claimed)
+    if leased:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            await conn.execute("ANALYZE agent_run")
     return leased
 
 
@@ -229,7 +236,7 @@ async def claim_point(
         stores = make_postgres_stores(url, None, pool_size=4)
         runs = _runs(stores)
         try:
-            held = await lease(runs, "busy-holder", busy)
+            held = await lease(runs, url, "busy-holder", busy)
             if len(held) != busy:
                 raise RuntimeError(f"leased {len(held)} of {busy} runs before the claims")
             point = ClaimPoint(
@@ -339,7 +346,7 @@ async def take_back(server: BenchServer, scale: Scale, replicas: int, batch: int
         await populate(url, scale.expired, subjects=scale.expired, future=False)
         stores = make_postgres_stores(url, None, pool_size=replicas + 4)
         try:
-            leased = await lease(_runs(stores), "lost-holder", scale.expired)
+            leased = await lease(_runs(stores), url, "lost-holder", scale.expired)
             async with await psycopg.AsyncConnection.connect(url, autocommit=True) as probe:
                 await probe.execute(EXPIRE)
                 reports: list[ReapReport] = []
@@ -438,7 +445,7 @@ async def renewals(server: BenchServer, scale: Scale) -> Renewals:
         stores = make_postgres_stores(url, None, pool_size=RENEWERS + 2)
         runs = _runs(stores)
         try:
-            leased = await lease(runs, "renewing-holder", scale.renewing)
+            leased = await lease(runs, url, "renewing-holder", scale.renewing)
             started = time.perf_counter()
             group = await group_renewals(runs, leased, scale.seconds)
             group_rate = group / (time.perf_counter() - started)
