@@ -399,13 +399,17 @@ class Renewals:
     group_per_s: float
     group_done: int
     one_run_per_s: float
+    max_group: int | None  # None: the worker's default
     renewers: int = RENEWERS
 
 
-async def group_renewals(runs: AgentRuns, leased: list[AgentRun], seconds: float) -> int:
-    """Step boundaries through one ``GroupSettler`` (the worker's group commit), one task per
-    leased run, for ``seconds``; how many were written."""
-    settler = GroupSettler(runs)
+async def group_renewals(
+    runs: AgentRuns, leased: list[AgentRun], seconds: float, max_group: int | None = None
+) -> int:
+    """Step boundaries through one ``GroupSettler`` (the worker's group commit, its groups of
+    ``max_group`` or the worker's default), one task per leased run, for ``seconds``; how many
+    were written."""
+    settler = GroupSettler(runs) if max_group is None else GroupSettler(runs, max_group=max_group)
     deadline = time.perf_counter() + seconds
     done = 0
 
@@ -437,7 +441,7 @@ async def one_run_renewals(runs: AgentRuns, leased: list[AgentRun], seconds: flo
     return done
 
 
-async def renewals(server: BenchServer, scale: Scale) -> Renewals:
+async def renewals(server: BenchServer, scale: Scale, max_group: int | None) -> Renewals:
     url = server.create_database("renew")
     try:
         await populate(url, scale.renewing, subjects=scale.renewing, future=False)
@@ -447,7 +451,7 @@ async def renewals(server: BenchServer, scale: Scale) -> Renewals:
         try:
             leased = await lease(runs, url, "renewing-holder", scale.renewing)
             started = time.perf_counter()
-            group = await group_renewals(runs, leased, scale.seconds)
+            group = await group_renewals(runs, leased, scale.seconds, max_group)
             group_rate = group / (time.perf_counter() - started)
             started = time.perf_counter()
             one_run = await one_run_renewals(runs, leased, scale.seconds)
@@ -461,7 +465,7 @@ async def renewals(server: BenchServer, scale: Scale) -> Renewals:
         f"commit, {one_run_rate:,.0f}/s one run at a time",
         flush=True,
     )
-    return Renewals(len(leased), group_rate, group, one_run_rate)
+    return Renewals(len(leased), group_rate, group, one_run_rate, max_group)
 
 
 @dataclass
@@ -477,7 +481,9 @@ class Results:
     renewals: Renewals | None = None
 
 
-async def measure(server: BenchServer, scale: Scale, only: set[str], batch: int) -> Results:
+async def measure(
+    server: BenchServer, scale: Scale, only: set[str], batch: int, max_group: int | None
+) -> Results:
     results = Results(scale)
     if "queue" in only:
         results.queue = await queue_axis(server, scale)
@@ -490,7 +496,7 @@ async def measure(server: BenchServer, scale: Scale, only: set[str], batch: int)
     if "takeback" in only:
         results.take_backs = [await take_back(server, scale, n, batch) for n in (2, 1)]
     if "renewals" in only:
-        results.renewals = await renewals(server, scale)
+        results.renewals = await renewals(server, scale, max_group)
     return results
 
 
@@ -522,6 +528,9 @@ def main(argv: list[str] | None = None) -> int:
     )
     parser.add_argument("--claims", type=int, help="timed single claims per point (200)")
     parser.add_argument("--reap-batch", type=int, default=500, help="the reaper's batch (500)")
+    parser.add_argument(
+        "--max-group", type=int, help="the group commit's largest group (the worker's default)"
+    )
     parser.add_argument("--note", default="", help="a line to add to RESULTS.md")
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
@@ -535,7 +544,7 @@ def main(argv: list[str] | None = None) -> int:
     load_before = _load()
     with bench_server() as server:
         version = f"PostgreSQL {server.settings()['server_version']}"
-        results = asyncio.run(measure(server, scale, only, args.reap_batch))
+        results = asyncio.run(measure(server, scale, only, args.reap_batch, args.max_group))
     finished = datetime.now(UTC)
     shown = [arg for arg in (sys.argv[1:] if argv is None else argv) if arg != "--no-write"]
     command = shlex.join(["python", "-m", "bench.depth", *shown])

@@ -2,16 +2,20 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING
 
+from agentruns.app.settler import GroupSettler
+
 if TYPE_CHECKING:
     from bench.depth import ClaimPoint, Results
 
 TAKE_BACK_LEASES = 10_000
+_DEFAULT_GROUP = inspect.signature(GroupSettler).parameters["max_group"].default
 TAKE_BACK_SECONDS = 3.0
 
 
@@ -210,6 +214,11 @@ def render(
         )
     if results.renewals is not None:
         r = results.renewals
+        group = (
+            f"the worker's, groups of up to {_DEFAULT_GROUP}"
+            if r.max_group is None
+            else f"groups of up to {r.max_group}, not the worker's {_DEFAULT_GROUP}"
+        )
         lines += ["", "### Renewals over leased runs", ""]
         lines += [
             "| path | leased runs | renewals per second |",
@@ -221,8 +230,8 @@ def render(
         ]
         lines += ["", *_verdict_line(found, "renewals")]
         lines.append(
-            f"Each for {scale.seconds:g} s. The group commit: one `GroupSettler` (the worker's, "
-            "groups of up to 64), one task per leased run looping step boundaries; each renews "
+            f"Each for {scale.seconds:g} s. The group commit: one `GroupSettler` ({group}), "
+            "one task per leased run looping step boundaries; each renews "
             "the lease and persists one event. The one-run path: one transaction per renewal, "
             "the gateway's."
         )
