@@ -1,26 +1,48 @@
-"""``python -m bench.depth`` (``make depth``): does a claim cost the same with a deep queue?
+"""``python -m bench.depth`` (``make depth``): does the claim, the drain, the take-back and the
+renewal cost the same however deep the queue, however many workspaces and leased runs?
 
-For each queue size (1,000 / 100,000 / 1,000,000 runs; ``--quick``: 1,000 / 10,000 / 100,000)
-a fresh database is filled by ``INSERT ... SELECT generate_series`` through the runs table and
-its triggers: 1,000 workspaces, up to 100,000 subjects, mixed bands, most runs due (aged up to a
-day) and a tenth due in the future; then some workspaces are given leased runs. Measured:
+Every measure gets a fresh database, filled by ``INSERT ... SELECT generate_series`` through the
+runs table and its triggers (which keep the subject heads and the workspace lanes the claim
+reads), then ``VACUUM ANALYZE``: runs spread round-robin over the workspaces and subjects, mixed
+bands, most due (aged up to a day), a tenth due only in an hour. Measured (``--quick`` sizes in
+brackets), each against a target of issue 10:
 
-- claim latency p50 / p99 of single claims (``AgentRuns.claim``, each its own transaction; every
-  claimed run is ended at once, untimed, so the queue keeps its shape), and of batch claims of 10;
-- renewals per second sustained over 1,000 leased runs (8 concurrent renewers);
-- the reaper's cost to take back 10,000 expired leases (``AgentRunReaper.tick`` until done);
-- table and index sizes, scaled to a million runs.
+- **queue axis**: 1,000 vs 1,000,000 queued runs [1,000 vs 100,000], 1,000 workspaces, up to
+  100,000 subjects, some workspaces already holding leased runs: p50 / p99 of single claims
+  (``AgentRuns.claim``, each its own transaction; every claimed run is ended at once, untimed,
+  so the queue keeps its shape) and of batch claims of 10. Target: p50 ratio at most 1.5x.
+- **workspace axis**: 100,000 queued runs [10,000] spread over 10 / 1,000 / 10,000 open
+  workspaces; the same claims. Target: p50 at 10,000 workspaces within 2x of p50 at 10.
+- **leased axis**: 100,000 queued runs [20,000] over 1,000 workspaces, with 100 vs 10,000 of
+  them leased first by another holder (an hour's lease); single claims. Target: within 2x.
+- **drain**: the worker loop of ``bench.throughput`` (``Worker.run``, 64 slots, one step per
+  run, 50 workspaces) draining 10,000 vs 100,000 runs [2,000 vs 20,000]. Target: the larger
+  drain's rate at least 0.8x the smaller's.
+- **take-back**: 10,000 expired leases [1,000] taken back by two ``AgentRunReaper`` replicas
+  ticking concurrently, and by one for comparison. Target: at most 3 s with two replicas.
+- **renewals** over 10,000 leased runs [1,000]: step boundaries through the worker's group
+  commit (one ``GroupSettler``, one task per run; each boundary renews the lease and persists an
+  event), target at least 10,000 per second; and the one-run path (``AgentRuns.renew``, one
+  transaction each, 8 concurrent renewers), reported beside it.
+- table and index sizes at the largest queue, scaled to a million runs.
 
-Target: claim p50 at the largest size within 2x of p50 at 1,000.
+``--only queue,workspaces,...`` runs a subset; ``--tiny`` shrinks everything to check the bench
+runs (its figures mean nothing).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import logging
+import os
 import random
+import shlex
 import statistics
+import sys
 import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -28,18 +50,26 @@ import psycopg
 
 from agentruns.adapters.postgres import close_postgres_stores, make_postgres_stores, migrate
 from agentruns.app.kinds import RunKind, RunKinds, StepEvent
-from agentruns.app.reaper import AgentRunReaper
+from agentruns.app.ports import Stores
+from agentruns.app.reaper import AgentRunReaper, ReapReport
 from agentruns.app.runs import AgentRuns
+from agentruns.app.settler import GroupSettler
 from agentruns.domain.kinds import RunKindPolicy
 from agentruns.domain.run import AgentRun
 from agentruns.domain.termination import TerminationReason
+from bench.depth_report import render
 from bench.results import write_section
 from bench.server import BenchServer, bench_server
+from bench.throughput import agentruns_runner
 
 KIND = "depth"
 WORKSPACES = 1_000
 SUBJECTS = 100_000
-CHUNK = 100_000
+# Rows per inserting statement: each holds its runs' subject locks until it commits, and the
+# server's lock table holds only some ten thousand (max_locks_per_transaction 64).
+CHUNK = 5_000
+RENEWERS = 8
+MEASURES = ("queue", "workspaces", "leased", "drain", "takeback", "renewals")
 
 POPULATE = """
 INSERT INTO agent_run (id, kind, workspace, subject, band, payload, state, epoch, attempt,
@@ -54,6 +84,42 @@ FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS i
 ORDER BY i
 """
 
+EXPIRE = "UPDATE agent_run SET leased_until = now() - interval '1 second' WHERE state = 'leased'"
+EXPIRED_LEFT = "SELECT count(*) FROM agent_run WHERE state = 'leased' AND leased_until < now()"
+
+
+@dataclass(frozen=True)
+class Scale:
+    """The sizes of one run: the default, ``--quick`` or ``--tiny``."""
+
+    queues: tuple[int, int]  # queued runs: the baseline and the deep queue
+    spread_queue: int  # queued runs of the workspace axis
+    spreads: tuple[int, ...]  # open workspaces of the workspace axis
+    leased_queue: int  # queued runs of the leased axis
+    leased: tuple[int, int]  # runs leased before the leased axis's claims
+    drains: tuple[int, int]  # runs per drain
+    expired: int  # expired leases to take back
+    renewing: int  # leased runs renewed
+    claims: int  # timed single claims per point (a tenth as many batch claims)
+    seconds: float  # how long each renewal measure runs
+
+
+SCALES = {
+    "default": Scale(
+        (1_000, 1_000_000), 100_000, (10, 1_000, 10_000), 100_000, (100, 10_000),
+        (10_000, 100_000), 10_000, 10_000, 200, 5.0,
+    ),
+    "quick": Scale(
+        # The leased axis needs 10,000 due runs to lease and some left to claim: 20,000.
+        (1_000, 100_000), 10_000, (10, 1_000, 10_000), 20_000, (100, 10_000),
+        (2_000, 20_000), 1_000, 1_000, 200, 5.0,
+    ),
+    "tiny": Scale(
+        (1_000, 5_000), 5_000, (10, 100, 1_000), 5_000, (100, 1_000),
+        (500, 2_000), 500, 500, 40, 1.0,
+    ),
+}  # fmt: skip
+
 
 async def _noop(run: AgentRun) -> Any:
     yield StepEvent("step", {})
@@ -63,21 +129,28 @@ def _kinds() -> RunKinds:
     return RunKinds([RunKind(RunKindPolicy(name=KIND, lease=timedelta(hours=1)), _noop)])
 
 
-async def populate(url: str, runs: int, subjects: int, *, future: bool = True) -> float:
-    """Fill a fresh database; with ``future``, every tenth run is due only in an hour."""
+def _runs(stores: Stores) -> AgentRuns:
+    return AgentRuns(stores, _kinds(), random.Random(0))
+
+
+async def populate(
+    url: str, runs: int, *, workspaces: int = WORKSPACES, subjects: int = SUBJECTS,
+    future: bool = True,
+) -> float:  # fmt: skip
+    """Fill a fresh database with ``runs`` queued runs over ``workspaces`` workspaces and up to
+    ``subjects`` subjects; with ``future``, every tenth run is due only in an hour. Seconds."""
     started = time.perf_counter()
     await asyncio.to_thread(migrate, url)
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         for first in range(1, runs + 1, CHUNK):
-            last = min(runs, first + CHUNK - 1)
             await conn.execute(
                 POPULATE,
                 {
                     "kind": KIND,
-                    "workspaces": WORKSPACES,
-                    "subjects": subjects,
+                    "workspaces": workspaces,
+                    "subjects": min(subjects, runs),
                     "first": first,
-                    "last": last,
+                    "last": min(runs, first + CHUNK - 1),
                     "future": future,
                 },
             )
@@ -85,13 +158,14 @@ async def populate(url: str, runs: int, subjects: int, *, future: bool = True) -
     return time.perf_counter() - started
 
 
-def _pct(values: list[float], q: float) -> float:
+def _pct(values: Sequence[float], q: float) -> float:
     ordered = sorted(values)
     return ordered[min(len(ordered) - 1, round(q * (len(ordered) - 1)))]
 
 
 async def claim_latency(runs: AgentRuns, claims: int, limit: int) -> tuple[float, float]:
-    """p50 and p99 of ``claims`` claims of up to ``limit`` runs, in milliseconds."""
+    """p50 and p99 of ``claims`` claims of up to ``limit`` runs, in milliseconds; each claimed
+    run is ended, untimed, before the next claim."""
     timings: list[float] = []
     for _ in range(claims):
         started = time.perf_counter()
@@ -102,31 +176,21 @@ async def claim_latency(runs: AgentRuns, claims: int, limit: int) -> tuple[float
     return statistics.median(timings), _pct(timings, 0.99)
 
 
-async def renewal_rate(runs: AgentRuns, leased: list[AgentRun], seconds: float) -> float:
-    done = 0
-    deadline = time.perf_counter() + seconds
+async def lease(runs: AgentRuns, url: str, holder: str, count: int) -> list[AgentRun]:
+    """Lease ``count`` runs to ``holder``, 100 per claim (fewer if fewer are due), then ANALYZE.
 
-    async def renewer(share: list[AgentRun]) -> None:
-        nonlocal done
-        while time.perf_counter() < deadline:
-            for run in share:
-                await runs.renew(run.fence)
-                done += 1
-                if time.perf_counter() >= deadline:
-                    return
-
-    started = time.perf_counter()
-    await asyncio.gather(*(renewer(leased[n::8]) for n in range(8)))
-    return done / (time.perf_counter() - started)
-
-
-async def lease(runs: AgentRuns, holder: str, count: int) -> list[AgentRun]:
+    The fill's statistics say no run is leased; a host whose runs have been leased a while has
+    had them analyzed by autovacuum, and the planner picks its indexes by them (with stale ones
+    the reaper's lookup scans every leased run per run it takes back)."""
     leased: list[AgentRun] = []
     while len(leased) < count:
         claimed = await runs.claim(holder, limit=min(100, count - len(leased)))
         if not claimed:
             break
         leased.extend(claimed)
+    if leased:
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            await conn.execute("ANALYZE agent_run")
     return leased
 
 
@@ -137,166 +201,366 @@ async def sizes(url: str) -> list[tuple[str, int]]:
             SELECT c.relname, pg_relation_size(c.oid)
             FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
             WHERE n.nspname = 'public' AND c.relkind IN ('r', 'i')
-              AND (c.relname LIKE 'agent_run%%' OR c.relname LIKE 'agent_subject%%'
+              AND (c.relname LIKE 'agent_run%%' OR c.relname LIKE 'agent_workspace%%'
                    OR c.relname LIKE 'ix_agent%%' OR c.relname LIKE 'uq_agent%%')
-            ORDER BY pg_relation_size(c.oid) DESC
+            ORDER BY pg_relation_size(c.oid) DESC, c.relname
             """
         )
         return [(str(name), int(size)) for name, size in await cur.fetchall()]
 
 
-async def measure_size(server: BenchServer, size: int, claims: int) -> dict[str, Any]:
+@dataclass
+class ClaimPoint:
+    """Claim latencies on one queue: ``queued`` runs over ``workspaces``, ``leased`` held."""
+
+    queued: int
+    workspaces: int
+    subjects: int
+    leased: int
+    load_s: float
+    claims: int
+    single: tuple[float, float]  # p50, p99 in ms
+    batch: tuple[float, float] | None = None
+    sizes: list[tuple[str, int]] = field(default_factory=list)
+
+
+async def claim_point(
+    server: BenchServer, scale: Scale, queued: int, *, workspaces: int = WORKSPACES,
+    busy: int = 0, batch: bool = True, keep_sizes: bool = False,
+) -> ClaimPoint:  # fmt: skip
+    """One fresh database: fill, lease ``busy`` runs to another holder, then time claims."""
     url = server.create_database("depth")
-    subjects = min(SUBJECTS, size)
+    subjects = min(SUBJECTS, queued)
     try:
-        load = await populate(url, size, subjects)
-        stores = make_postgres_stores(url, None, pool_size=10)
-        runs = AgentRuns(stores, _kinds(), random.Random(0))
+        load = await populate(url, queued, workspaces=workspaces, subjects=subjects)
+        stores = make_postgres_stores(url, None, pool_size=4)
+        runs = _runs(stores)
         try:
-            # Some workspaces already hold leased runs (the claim's fairness reads their load).
-            busy = await lease(runs, "busy-holder", min(500, size // 10))
-            p50, p99 = await claim_latency(runs, claims, 1)
-            b50, b99 = await claim_latency(runs, max(10, claims // 10), 10)
-            result: dict[str, Any] = {
-                "size": size,
-                "subjects": subjects,
-                "load_s": load,
-                "leased": len(busy),
-                "claim_p50": p50,
-                "claim_p99": p99,
-                "batch_p50": b50,
-                "batch_p99": b99,
-                "claims": claims,
-            }
+            held = await lease(runs, url, "busy-holder", busy)
+            if len(held) != busy:
+                raise RuntimeError(f"leased {len(held)} of {busy} runs before the claims")
+            point = ClaimPoint(
+                queued, workspaces, subjects, len(held), load, scale.claims,
+                await claim_latency(runs, scale.claims, 1),
+            )  # fmt: skip
+            if batch:
+                point.batch = await claim_latency(runs, max(10, scale.claims // 10), 10)
         finally:
             await close_postgres_stores(stores)
-        result["sizes"] = await sizes(url)
-        return result
+        if keep_sizes:
+            point.sizes = await sizes(url)
+        return point
     finally:
         server.drop_database(url)
 
 
-async def measure_renewals_and_reaper(server: BenchServer, expired: int) -> dict[str, float]:
+def _said(point: ClaimPoint, what: str) -> None:
+    batch = "" if point.batch is None else f"; batch-10 p50 {point.batch[0]:.2f} ms"
+    print(
+        f"{what}: {point.queued:,} queued, {point.workspaces:,} workspaces, {point.leased:,} "
+        f"leased (loaded in {point.load_s:.1f}s): claim p50 {point.single[0]:.2f} ms, p99 "
+        f"{point.single[1]:.2f} ms{batch}",
+        flush=True,
+    )
+
+
+async def queue_axis(server: BenchServer, scale: Scale) -> list[ClaimPoint]:
+    points = []
+    for queued in scale.queues:
+        # Some workspaces already hold leased runs: the claim's fairness reads their load.
+        busy = min(500, queued // 10)
+        point = await claim_point(
+            server, scale, queued, busy=busy, keep_sizes=queued == scale.queues[-1]
+        )
+        _said(point, "queue axis")
+        points.append(point)
+    return points
+
+
+async def workspace_axis(server: BenchServer, scale: Scale) -> list[ClaimPoint]:
+    points = []
+    for workspaces in scale.spreads:
+        point = await claim_point(server, scale, scale.spread_queue, workspaces=workspaces)
+        _said(point, "workspace axis")
+        points.append(point)
+    return points
+
+
+async def leased_axis(server: BenchServer, scale: Scale) -> list[ClaimPoint]:
+    points = []
+    for busy in scale.leased:
+        point = await claim_point(server, scale, scale.leased_queue, busy=busy, batch=False)
+        _said(point, "leased axis")
+        points.append(point)
+    return points
+
+
+@dataclass(frozen=True)
+class Drain:
+    runs: int
+    seconds: float
+
+    @property
+    def rate(self) -> float:
+        return self.runs / self.seconds
+
+
+async def drains(server: BenchServer, scale: Scale) -> list[Drain]:
+    found = []
+    for jobs in scale.drains:
+        url = server.create_database("drain")
+        try:
+            await agentruns_runner.prepare(url, jobs)
+            done, seconds = await agentruns_runner.drain_worker_loop(url, concurrency=64)
+        finally:
+            server.drop_database(url)
+        if done != jobs:
+            raise RuntimeError(f"the worker loop drained {done} of {jobs} runs")
+        drain = Drain(done, seconds)
+        print(f"drain: {jobs:,} runs in {seconds:.1f}s, {drain.rate:,.0f} runs/s", flush=True)
+        found.append(drain)
+    return found
+
+
+@dataclass(frozen=True)
+class TakeBack:
+    replicas: int
+    batch: int
+    expired: int
+    taken_back: int
+    seconds: float
+    ticks: int
+    lost_races: int
+    failed: int
+
+    @property
+    def rate(self) -> float:
+        return self.taken_back / max(self.seconds, 1e-9)
+
+
+async def take_back(server: BenchServer, scale: Scale, replicas: int, batch: int) -> TakeBack:
+    """Lease ``scale.expired`` runs, expire their leases, and time ``replicas`` reapers ticking
+    concurrently until no expired lease is left in the database."""
     url = server.create_database("reaper")
     try:
-        await populate(url, expired, expired, future=False)
-        stores = make_postgres_stores(url, None, pool_size=10)
-        kinds = _kinds()
-        runs = AgentRuns(stores, kinds, random.Random(0))
+        await populate(url, scale.expired, subjects=scale.expired, future=False)
+        stores = make_postgres_stores(url, None, pool_size=replicas + 4)
         try:
-            leased = await lease(runs, "renewing-holder", expired)
-            rate = await renewal_rate(runs, leased[:1000], 5.0)
-            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-                await conn.execute(
-                    "UPDATE agent_run SET leased_until = now() - interval '1 second' "
-                    "WHERE state = 'leased'"
-                )
-            reaper = AgentRunReaper(stores, kinds, random.Random(0), batch=500)
-            started = time.perf_counter()
-            taken = 0
-            while True:
-                report = await reaper.tick()
-                taken += report.taken_back
-                if report.taken_back == 0 and report.lost_races == 0 and report.failed == 0:
-                    break
-            reap_seconds = time.perf_counter() - started
+            leased = await lease(_runs(stores), url, "lost-holder", scale.expired)
+            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as probe:
+                await probe.execute(EXPIRE)
+                reports: list[ReapReport] = []
+                reapers = [
+                    AgentRunReaper(stores, _kinds(), random.Random(n), batch=batch)
+                    for n in range(replicas)
+                ]
+
+                async def replica(reaper: AgentRunReaper) -> None:
+                    # A replica that finds nothing may only see rows the other holds locked:
+                    # it stops once the database has no expired lease left.
+                    while True:
+                        report = await reaper.tick()
+                        reports.append(report)
+                        if report.taken_back or report.lost_races or report.failed:
+                            continue
+                        if await _count(probe, EXPIRED_LEFT) == 0:
+                            return
+                        await asyncio.sleep(0.005)
+
+                started = time.perf_counter()
+                async with asyncio.timeout(600):
+                    await asyncio.gather(*(replica(reaper) for reaper in reapers))
+                seconds = time.perf_counter() - started
         finally:
             await close_postgres_stores(stores)
-        return {
-            "renewals_per_s": rate,
-            "expired": float(len(leased)),
-            "taken_back": float(taken),
-            "reap_s": reap_seconds,
-        }
     finally:
         server.drop_database(url)
+    result = TakeBack(
+        replicas, batch, len(leased), sum(r.taken_back for r in reports), seconds, len(reports),
+        sum(r.lost_races for r in reports), sum(r.failed for r in reports),
+    )  # fmt: skip
+    print(
+        f"take-back: {result.taken_back:,} of {result.expired:,} expired leases by {replicas} "
+        f"replica(s), batch {batch}, in {seconds:.2f}s ({result.rate:,.0f}/s)",
+        flush=True,
+    )
+    return result
 
 
-def render(
-    results: list[dict[str, Any]], reaper: dict[str, float], command: str, note: str, pg: str
-) -> str:
-    first, last = results[0], results[-1]
-    ratio = last["claim_p50"] / first["claim_p50"] if first["claim_p50"] else 0.0
-    lines = [
-        "## Depth: claim cost against queue size",
-        "",
-        f"Command: `{command}` (via `make depth`), {datetime.now(UTC):%Y-%m-%d %H:%M} UTC, {pg}.",
-    ]
-    if note:
-        lines.append(f"Note: {note}")
-    lines += [
-        "",
-        "| queued runs | subjects | leased before | load (s) | single claim p50 / p99 (ms) "
-        "| batch-10 claim p50 / p99 (ms) |",
-        "| ---: | ---: | ---: | ---: | ---: | ---: |",
-    ]
-    for r in results:
-        lines.append(
-            f"| {r['size']:,} | {r['subjects']:,} | {r['leased']} | {r['load_s']:.1f} | "
-            f"{r['claim_p50']:.2f} / {r['claim_p99']:.2f} | "
-            f"{r['batch_p50']:.2f} / {r['batch_p99']:.2f} |"
+async def _count(conn: psycopg.AsyncConnection[Any], query: str) -> int:
+    cur = await conn.execute(query)
+    row = await cur.fetchone()
+    return 0 if row is None else int(row[0])
+
+
+@dataclass(frozen=True)
+class Renewals:
+    leased: int
+    group_per_s: float
+    group_done: int
+    one_run_per_s: float
+    max_group: int | None  # None: the worker's default
+    renewers: int = RENEWERS
+
+
+async def group_renewals(
+    runs: AgentRuns, leased: list[AgentRun], seconds: float, max_group: int | None = None
+) -> int:
+    """Step boundaries through one ``GroupSettler`` (the worker's group commit, its groups of
+    ``max_group`` or the worker's default), one task per leased run, for ``seconds``; how many
+    were written."""
+    settler = GroupSettler(runs) if max_group is None else GroupSettler(runs, max_group=max_group)
+    deadline = time.perf_counter() + seconds
+    done = 0
+
+    async def steps(run: AgentRun) -> None:
+        nonlocal done
+        while time.perf_counter() < deadline:
+            await settler.step_boundary(run.fence, "step", {})
+            done += 1
+
+    await asyncio.gather(*(steps(run) for run in leased))
+    return done
+
+
+async def one_run_renewals(runs: AgentRuns, leased: list[AgentRun], seconds: float) -> int:
+    """``AgentRuns.renew``, one transaction each, ``RENEWERS`` concurrent renewers."""
+    deadline = time.perf_counter() + seconds
+    done = 0
+
+    async def renewer(share: list[AgentRun]) -> None:
+        nonlocal done
+        while time.perf_counter() < deadline:
+            for run in share:
+                await runs.renew(run.fence)
+                done += 1
+                if time.perf_counter() >= deadline:
+                    return
+
+    await asyncio.gather(*(renewer(leased[n::RENEWERS]) for n in range(RENEWERS)))
+    return done
+
+
+async def renewals(server: BenchServer, scale: Scale, max_group: int | None) -> Renewals:
+    url = server.create_database("renew")
+    try:
+        await populate(url, scale.renewing, subjects=scale.renewing, future=False)
+        # The group settler holds one connection; the one-run path one per renewer.
+        stores = make_postgres_stores(url, None, pool_size=RENEWERS + 2)
+        runs = _runs(stores)
+        try:
+            leased = await lease(runs, url, "renewing-holder", scale.renewing)
+            started = time.perf_counter()
+            group = await group_renewals(runs, leased, scale.seconds, max_group)
+            group_rate = group / (time.perf_counter() - started)
+            started = time.perf_counter()
+            one_run = await one_run_renewals(runs, leased, scale.seconds)
+            one_run_rate = one_run / (time.perf_counter() - started)
+        finally:
+            await close_postgres_stores(stores)
+    finally:
+        server.drop_database(url)
+    print(
+        f"renewals over {len(leased):,} leased runs: {group_rate:,.0f}/s through the group "
+        f"commit, {one_run_rate:,.0f}/s one run at a time",
+        flush=True,
+    )
+    return Renewals(len(leased), group_rate, group, one_run_rate, max_group)
+
+
+@dataclass
+class Results:
+    """What one run measured (a measure not run stays empty)."""
+
+    scale: Scale
+    queue: list[ClaimPoint] = field(default_factory=list)
+    workspaces: list[ClaimPoint] = field(default_factory=list)
+    leased: list[ClaimPoint] = field(default_factory=list)
+    drains: list[Drain] = field(default_factory=list)
+    take_backs: list[TakeBack] = field(default_factory=list)
+    renewals: Renewals | None = None
+
+
+async def measure(
+    server: BenchServer, scale: Scale, only: set[str], batch: int, max_group: int | None
+) -> Results:
+    results = Results(scale)
+    if "queue" in only:
+        results.queue = await queue_axis(server, scale)
+    if "workspaces" in only:
+        results.workspaces = await workspace_axis(server, scale)
+    if "leased" in only:
+        results.leased = await leased_axis(server, scale)
+    if "drain" in only:
+        results.drains = await drains(server, scale)
+    if "takeback" in only:
+        results.take_backs = [await take_back(server, scale, n, batch) for n in (2, 1)]
+    if "renewals" in only:
+        results.renewals = await renewals(server, scale, max_group)
+    return results
+
+
+def _load() -> str:
+    return " ".join(f"{value:.2f}" for value in os.getloadavg())
+
+
+def _only(text: str) -> set[str]:
+    chosen = {name.strip() for name in text.split(",") if name.strip()}
+    unknown = chosen - set(MEASURES)
+    if unknown:
+        raise argparse.ArgumentTypeError(
+            f"unknown measure(s) {', '.join(sorted(unknown))}; choose from {', '.join(MEASURES)}"
         )
-    met = "met" if ratio <= 2.0 else "**missed**"
-    lines += [
-        "",
-        f"Claim p50 at {last['size']:,} / at {first['size']:,}: {ratio:.2f}x "
-        f"(target at most 2x: {met}). {first['claims']} single claims per size, each its own "
-        "transaction through `AgentRuns.claim`, the claimed run ended untimed after it.",
-        "",
-        f"Renewals: {reaper['renewals_per_s']:,.0f} per second sustained over 1,000 leased runs "
-        "(8 concurrent renewers, `AgentRuns.renew`, one transaction each).",
-        "",
-        f"Reaper: {reaper['taken_back']:,.0f} of {reaper['expired']:,.0f} expired leases taken "
-        f"back in {reaper['reap_s']:.1f} s "
-        f"({reaper['taken_back'] / max(reaper['reap_s'], 1e-9):,.0f} per second, one replica, "
-        "`AgentRunReaper.tick` with batch 500).",
-        "",
-        f"Sizes at {last['size']:,} runs, scaled to one million runs (`agent_subject` holds one "
-        f"row per subject: {last['subjects']:,} here):",
-        "",
-        "| relation | MiB per million runs |",
-        "| --- | ---: |",
-    ]
-    for name, size in last["sizes"]:
-        lines.append(f"| {name} | {size / last['size'] * 1_000_000 / 2**20:,.1f} |")
-    return "\n".join(lines) + "\n"
+    return chosen
 
 
-async def main_async(args: argparse.Namespace) -> int:
-    sizes_to_run = (1_000, 10_000, 100_000) if args.quick else (1_000, 100_000, 1_000_000)
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m bench.depth",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    size = parser.add_mutually_exclusive_group()
+    size.add_argument("--quick", action="store_true", help="smaller sizes (a few minutes)")
+    size.add_argument("--tiny", action="store_true", help="check the bench runs (seconds)")
+    parser.add_argument(
+        "--only", type=_only, action="append", help=f"comma-separated, of: {','.join(MEASURES)}"
+    )
+    parser.add_argument("--claims", type=int, help="timed single claims per point (200)")
+    parser.add_argument("--reap-batch", type=int, default=500, help="the reaper's batch (500)")
+    parser.add_argument(
+        "--max-group", type=int, help="the group commit's largest group (the worker's default)"
+    )
+    parser.add_argument("--note", default="", help="a line to add to RESULTS.md")
+    parser.add_argument("--no-write", action="store_true", help="print only")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING)
+    name = "tiny" if args.tiny else "quick" if args.quick else "default"
+    scale = SCALES[name]
+    if args.claims:
+        scale = replace(scale, claims=args.claims)
+    only = set().union(*args.only) if args.only else set(MEASURES)
+    started = datetime.now(UTC)
+    load_before = _load()
     with bench_server() as server:
-        pg = f"PostgreSQL {server.settings()['server_version']}"
-        results = []
-        for size in sizes_to_run:
-            result = await measure_size(server, size, args.claims)
-            results.append(result)
-            print(
-                f"{size:>9,} runs: loaded in {result['load_s']:.1f}s; claim p50 "
-                f"{result['claim_p50']:.2f} ms, p99 {result['claim_p99']:.2f} ms; batch-10 p50 "
-                f"{result['batch_p50']:.2f} ms",
-                flush=True,
-            )
-        reaper = await measure_renewals_and_reaper(server, 1_000 if args.quick else 10_000)
-        print(
-            f"renewals {reaper['renewals_per_s']:,.0f}/s; reaper took back "
-            f"{reaper['taken_back']:,.0f} in {reaper['reap_s']:.1f}s",
-            flush=True,
-        )
-    command = "python -m bench.depth" + (" --quick" if args.quick else "")
-    text = render(results, reaper, command, args.note, pg)
+        version = f"PostgreSQL {server.settings()['server_version']}"
+        results = asyncio.run(measure(server, scale, only, args.reap_batch, args.max_group))
+    finished = datetime.now(UTC)
+    shown = [arg for arg in (sys.argv[1:] if argv is None else argv) if arg != "--no-write"]
+    command = shlex.join(["python", "-m", "bench.depth", *shown])
+    text = render(
+        results,
+        command=command,
+        started=started,
+        finished=finished,
+        load=(load_before, _load()),
+        version=version,
+        note=args.note,
+    )
     print(text)
     if not args.no_write:
         write_section("depth", text)
     return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m bench.depth", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="1k / 10k / 100k runs")
-    parser.add_argument("--claims", type=int, default=200, help="timed claims per size")
-    parser.add_argument("--note", default="", help="a line to add to RESULTS.md")
-    parser.add_argument("--no-write", action="store_true", help="print only")
-    return asyncio.run(main_async(parser.parse_args(argv)))
 
 
 if __name__ == "__main__":

@@ -42,9 +42,14 @@ SELECT gen_random_uuid(), %(kind)s,
        'ws-' || (i %% %(workspaces)s), 'subject-' || (i %% %(subjects)s),
        CASE WHEN i %% 10 = 0 THEN 2 ELSE 1 END, '{}'::jsonb, 'queued', 0, 0,
        now(), now() - interval '1 second', interval '30 seconds'
-FROM generate_series(1, %(jobs)s) AS i
+FROM generate_series(%(first)s::bigint, %(last)s::bigint) AS i
 ORDER BY i
 """
+
+# Rows per inserting statement: the enqueue trigger takes each new run's subject lock until the
+# transaction ends, and a default server's lock table (max_locks_per_transaction 64) holds only
+# some ten thousand of them, so a 100,000-run fill in one statement runs out of shared memory.
+CHUNK = 5_000
 
 
 async def one_step(run: AgentRun) -> AsyncIterator[StepEvent]:
@@ -73,10 +78,17 @@ async def prepare(url: str, jobs: int, *, workspaces: int = WORKSPACES, steps: i
     subjects = max(1, jobs // RUNS_PER_SUBJECT)
     kind = KIND if steps else NO_STEP_KIND
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-        await conn.execute(
-            POPULATE,
-            {"kind": kind, "workspaces": workspaces, "subjects": subjects, "jobs": jobs},
-        )
+        for first in range(1, jobs + 1, CHUNK):
+            await conn.execute(
+                POPULATE,
+                {
+                    "kind": kind,
+                    "workspaces": workspaces,
+                    "subjects": subjects,
+                    "first": first,
+                    "last": min(jobs, first + CHUNK - 1),
+                },
+            )
         await conn.execute("VACUUM ANALYZE")
 
 
