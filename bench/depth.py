@@ -177,20 +177,17 @@ async def claim_latency(runs: AgentRuns, claims: int, limit: int) -> tuple[float
 
 
 async def lease(runs: AgentRuns, url: str, holder: str, count: int) -> list[AgentRun]:
-    """Lease ``count`` runs to ``holder``, 100 per claim (fewer if fewer are due), then ANALYZE.
+    """Lease ``count`` runs to ``holder``, 100 per claim (fewer if fewer are due).
 
-    The fill's statistics say no run is leased; a host whose runs have been leased a while has
-    had them analyzed by autovacuum, and the planner picks its indexes by them (with stale ones
-    the reaper's lookup scans every leased run per run it takes back)."""
+    No ANALYZE after: the fill's statistics still say no run is leased, the worst case for a
+    planner, and the hot statements must not depend on them (the reaper's take-back once read
+    every leased run per run it took back under such statistics)."""
     leased: list[AgentRun] = []
     while len(leased) < count:
         claimed = await runs.claim(holder, limit=min(100, count - len(leased)))
         if not claimed:
             break
         leased.extend(claimed)
-    if leased:
-        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
-            await conn.execute("ANALYZE agent_run")
     return leased
 
 

@@ -183,14 +183,18 @@ w AS (
                          CAST(:failure_classes AS text[]), CAST(:tracebacks AS text[]))
         AS w(id, epoch, retry_budget, delay, error_type, message, failure_class, traceback)
 ),
+-- Each run is found by its key alone and checked once locked (its newest version): with the
+-- state in the lookup, a planner whose statistics saw few leased runs reads the leased index
+-- whole for every run (quadratic in the batch). OFFSET 0 keeps the checks out of the lookup.
+-- The reaper holds these rows locked already.
 due AS (
     SELECT r.id, r.epoch AS was_epoch, r.attempt AS was_attempt, r.holder AS was_holder,
            w.retry_budget, w.delay, w.error_type, w.message, w.failure_class, w.traceback
     FROM w CROSS JOIN LATERAL (
-        SELECT r.id, r.epoch, r.attempt, r.holder FROM agent_run r, clock
-        WHERE r.id = w.id AND r.epoch = w.epoch AND r.state = 'leased'
-          AND r.leased_until <= clock.now
-        FOR UPDATE OF r SKIP LOCKED) r
+        SELECT r.id, r.epoch, r.attempt, r.holder, r.state, r.leased_until FROM agent_run r
+        WHERE r.id = w.id
+        FOR UPDATE OF r SKIP LOCKED OFFSET 0) r, clock
+    WHERE r.epoch = w.epoch AND r.state = 'leased' AND r.leased_until <= clock.now
 ),
 taken AS (
     UPDATE agent_run r SET {
@@ -201,18 +205,20 @@ taken AS (
         last_error_type = COALESCE(due.error_type, r.last_error_type),
         last_error = COALESCE(due.message, r.last_error),
         last_failure_class = COALESCE(due.failure_class, r.last_failure_class)
-    FROM clock, due WHERE r.id = due.id
-    RETURNING {_R_COLUMNS}
+    FROM clock, due WHERE r.id = due.id AND r.id = ANY (ARRAY(SELECT id FROM due))
+    RETURNING {_R_COLUMNS}, due.was_epoch, due.was_attempt, due.was_holder,
+              due.error_type AS failed_type, due.message AS failed_message,
+              due.failure_class AS failed_class, due.traceback AS failed_traceback,
+              clock.now AS failed_at
 ),
 recorded AS (
     INSERT INTO agent_run_failure (run_id, epoch, attempt, holder, error_type, message,
                                    failure_class, traceback, recorded_at)
-    SELECT due.id, due.was_epoch, due.was_attempt, due.was_holder, due.error_type, due.message,
-           due.failure_class, due.traceback, clock.now
-    FROM due JOIN taken ON taken.id = due.id, clock
-    WHERE due.error_type IS NOT NULL
+    SELECT id, was_epoch, was_attempt, was_holder, failed_type, failed_message, failed_class,
+           failed_traceback, failed_at
+    FROM taken WHERE failed_type IS NOT NULL
 )
-SELECT * FROM taken
+SELECT {RUN_COLUMNS} FROM taken
 """)
 
 OVERDUE = statement(f"""
