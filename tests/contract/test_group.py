@@ -184,3 +184,21 @@ async def test_workers_on_one_agentruns_share_one_settler(
     assert await asyncio.gather(*(worker.claim_and_drive(3) for worker in workers)) == [3, 3]
     for worker in workers:
         assert worker.stats.outcomes == {RunOutcome.COMPLETED: 3}
+
+
+async def test_a_runs_writes_land_in_the_order_it_made_them_with_two_writers(
+    runs: AgentRuns,
+) -> None:
+    """Two groups are written at once, but never two writes of one run: its second step waits
+    for the group holding its first, so its events keep the order it made them in."""
+    held = await _leased(runs, 3)
+    settler = GroupSettler(runs, max_group=1, writers=2)
+    first, second, third = held
+    await asyncio.gather(
+        *(settler.step_boundary(first.fence, "step", {"n": n}) for n in range(4)),
+        settler.step_boundary(second.fence, "step", {"n": 0}),
+        settler.step_boundary(third.fence, "step", {"n": 0}),
+    )
+    assert [e.data["n"] for e in await runs.events(first.id)] == [0, 1, 2, 3]
+    for run in (second, third):
+        assert [e.data["n"] for e in await runs.events(run.id)] == [0]

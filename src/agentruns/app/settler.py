@@ -2,8 +2,11 @@
 together in one transaction (ADRs/0011).
 
 Each run's task hands its write to the :class:`GroupSettler` and awaits its own result. While a
-group is being written, new writes gather; the next group takes them all (up to ``max_group``),
-so the group grows with the load and an idle worker still writes at once. A group is written by
+group is being written, new writes gather; the next group takes them (up to ``max_group``), so
+the group grows with the load and an idle worker still writes at once. Up to ``writers`` groups
+are written at once, each on its own connection, so a server with cores to spare is not left
+waiting on one group's round trips; a run is never in two groups at once, so its writes land
+in the order it made them. A group is written by
 :meth:`AgentRuns.settle_group`: set-based statements, each row under its own fence, so a failed
 fence refuses only its run. If the group's transaction fails as a whole (a deadlock, a lost
 connection), each write is retried alone, so every run still gets its own answer.
@@ -16,6 +19,7 @@ claimers settle together, however the host split its claiming.
 from __future__ import annotations
 
 import asyncio
+from collections import deque
 from collections.abc import Sequence
 from weakref import WeakKeyDictionary
 
@@ -46,13 +50,17 @@ class GroupSettler:
             settler = per_loop[loop] = cls(runs)
         return settler
 
-    def __init__(self, runs: AgentRuns, *, max_group: int = 64) -> None:
+    def __init__(self, runs: AgentRuns, *, max_group: int = 64, writers: int = 2) -> None:
         if max_group < 1:
             raise ValueError("a group holds at least one write")
+        if writers < 1:
+            raise ValueError("a settler needs at least one writer")
         self._runs = runs
         self._max_group = max_group
-        self._pending: list[tuple[_Write, asyncio.Future[_Result]]] = []
-        self._writer: asyncio.Task[None] | None = None
+        self._max_writers = writers
+        self._pending: deque[tuple[_Write, asyncio.Future[_Result]]] = deque()
+        self._writers: set[asyncio.Task[None]] = set()
+        self._in_flight: set[object] = set()  # runs whose write is in a group being written
 
     async def step_boundary(self, fence: AgentRunFence, type: str, data: JsonObject) -> RunEvent:
         """As :meth:`AgentRuns.step_boundary`, written with the group."""
@@ -71,45 +79,54 @@ class GroupSettler:
     async def _submit(self, write: _Write) -> RunEvent | AgentRun:
         answer: asyncio.Future[_Result] = asyncio.get_running_loop().create_future()
         self._pending.append((write, answer))
-        if self._writer is None:
-            self._writer = asyncio.create_task(self._write_groups())
+        if len(self._writers) < self._max_writers:
+            writer = asyncio.create_task(self._write_groups())
+            self._writers.add(writer)
         result = await answer
         if isinstance(result, AgentRunsError):
             raise result
         return result
 
     async def _write_groups(self) -> None:
-        """Write groups until nothing waits; the next write starts a new writer."""
+        """Write groups until none can be taken; the next write starts a new writer."""
         group: Sequence[tuple[_Write, asyncio.Future[_Result]]] = []
         try:
-            while self._pending:
-                group = self._take_group()
-                await self._write(group)
+            while group := self._take_group():
+                try:
+                    await self._write(group)
+                finally:
+                    self._in_flight.difference_update(w.fence.run_id for w, _ in group)
                 group = []
         finally:
-            self._writer = None
+            task = asyncio.current_task()
+            if task is not None:
+                self._writers.discard(task)
             # Only if the writer itself was stopped (cancelled with its loop): nobody waits
             # forever; whether the group in flight committed is unknown.
-            for _, answer in [*group, *self._pending]:
+            stranded = [*group, *(self._pending if not self._writers else ())]
+            for _, answer in stranded:
                 if not answer.done():
                     answer.set_exception(StoreUnavailable("the group writer stopped"))
-            self._pending = []
+            if not self._writers:
+                self._pending.clear()
 
     def _take_group(self) -> list[tuple[_Write, asyncio.Future[_Result]]]:
-        """Up to ``max_group`` waiting writes, one per run (a run's later write waits)."""
+        """Up to ``max_group`` waiting writes, one per run and none of a run whose write is
+        being written (its later write waits), oldest first; it marks their runs in flight."""
         group: list[tuple[_Write, asyncio.Future[_Result]]] = []
         later: list[tuple[_Write, asyncio.Future[_Result]]] = []
-        seen: set[object] = set()
-        for entry in self._pending:
-            run_id = entry[0].fence.run_id
+        pending, in_flight = self._pending, self._in_flight
+        while pending and len(group) < self._max_group:
+            entry = pending.popleft()
             if entry[1].done():  # its run's task was cancelled: nothing to write
                 continue
-            if len(group) >= self._max_group or run_id in seen:
+            run_id = entry[0].fence.run_id
+            if run_id in in_flight:
                 later.append(entry)
             else:
-                seen.add(run_id)
+                in_flight.add(run_id)
                 group.append(entry)
-        self._pending = later
+        pending.extendleft(reversed(later))
         return group
 
     async def _write(self, group: Sequence[tuple[_Write, asyncio.Future[_Result]]]) -> None:
