@@ -1,0 +1,141 @@
+"""``python -m bench.cpu_split``: where a drained run's time goes, client against server.
+
+    .venv/bin/python -m bench.cpu_split [--jobs 15000]
+
+Drains the throughput bench's queue (one step per run, 50 workspaces) with the worker loop
+(64 slots), and the raw SQL queue with 8 connections and batches of 10, each on a fresh database
+of the embedded server, and reports per drained run: wall time, the bench process's CPU, the
+server's CPU (every backend of the server, read from /proc), and the server time spent in each
+of agentruns' PL/pgSQL functions (the claim and the triggers: ``track_functions = 'all'``).
+
+A profile, not a bench with a target: run it alone, and say the load average with its figures.
+For the client side, run it under ``py-spy record -o profile.svg -- python -m bench.cpu_split``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from urllib.parse import urlsplit
+
+import psycopg
+
+from bench.server import BenchServer, bench_server
+from bench.throughput import agentruns_runner, raw
+
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _stat(pid: int) -> list[str]:
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return text[text.rindex(")") + 2 :].split()
+
+
+def server_cpu(pgdata: Path) -> float:
+    """CPU seconds of the postmaster, its exited children and every live child."""
+    master = int((pgdata / "postmaster.pid").read_text().split()[0])
+    fields = _stat(master)
+    total = sum(int(x) for x in fields[11:15]) / TICK
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            child = _stat(int(entry.name))
+        except (OSError, ValueError):
+            continue
+        if int(child[1]) == master:
+            total += (int(child[11]) + int(child[12])) / TICK
+    return total
+
+
+def client_cpu() -> float:
+    times = os.times()
+    return times.user + times.system
+
+
+async def functions(url: str) -> list[tuple[str, int, float]]:
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        await asyncio.sleep(0.7)  # the statistics collector's flush
+        cur = await conn.execute(
+            "SELECT funcname, calls, self_time FROM pg_stat_user_functions ORDER BY self_time DESC"
+        )
+        return [(str(name), int(calls), float(ms)) for name, calls, ms in await cur.fetchall()]
+
+
+async def split(
+    server: BenchServer,
+    label: str,
+    prepare: Callable[[str, int], Awaitable[None]],
+    drain: Callable[[str], Awaitable[tuple[int, float]]],
+    jobs: int,
+) -> None:
+    assert server.pgdata is not None, "the split reads the embedded server's processes"
+    url = server.create_database("split")
+    try:
+        await prepare(url, jobs)
+        name = urlsplit(url).path.lstrip("/")
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+            await conn.execute(f"ALTER DATABASE \"{name}\" SET track_functions = 'all'")
+            await conn.execute("SELECT pg_stat_reset()")
+        before = (client_cpu(), server_cpu(server.pgdata))
+        done, seconds = await drain(url)
+        client = client_cpu() - before[0]
+        db = server_cpu(server.pgdata) - before[1]
+        per = 1e6 / max(done, 1)
+        print(
+            f"{label}: {done:,} runs in {seconds:.1f} s ({done / seconds:,.0f}/s); per run: "
+            f"wall {seconds * per:.0f} us, client CPU {client * per:.0f} us, "
+            f"server CPU {db * per:.0f} us"
+        )
+        for func, calls, ms in await functions(url):
+            print(f"    {func:28} {calls:>8,} calls  {ms * 1000 / max(done, 1):7.1f} us/run (self)")
+    finally:
+        server.drop_database(url)
+
+
+async def main_async(jobs: int) -> None:
+    print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    with bench_server() as server:
+        await split(
+            server,
+            "agentruns worker loop, 64 slots",
+            agentruns_runner.prepare,
+            lambda url: agentruns_runner.drain_worker_loop(url, concurrency=64),
+            jobs,
+        )
+        await split(
+            server,
+            "agentruns single claims, no step, 8 claimers x limit 1, one worker",
+            lambda url, n: agentruns_runner.prepare(url, n, steps=0),
+            lambda url: agentruns_runner.drain(url, claimers=8, batch=1, shared=True),
+            jobs // 3,
+        )
+        await split(
+            server,
+            "raw SQL, 8 connections, batch 10",
+            raw.prepare,
+            lambda url: raw.drain(url, connections=8, batch=10),
+            jobs,
+        )
+        await split(
+            server,
+            "raw SQL, 8 connections, batch 1",
+            raw.prepare,
+            lambda url: raw.drain(url, connections=8, batch=1),
+            jobs // 3,
+        )
+    print(f"load average after: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench.cpu_split", description=__doc__)
+    parser.add_argument("--jobs", type=int, default=15_000, help="runs per drain (15,000)")
+    asyncio.run(main_async(parser.parse_args(argv).jobs))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
