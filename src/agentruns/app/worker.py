@@ -19,6 +19,7 @@ import logging
 import time
 from dataclasses import dataclass, field
 
+from agentruns.app.claimer import GroupClaimer
 from agentruns.app.kinds import RunKind, RunKinds
 from agentruns.app.metrics import Metrics, NoMetrics
 from agentruns.app.ports import NewFailure, Notifier
@@ -84,6 +85,8 @@ class Worker:
         # Step boundaries and ends of concurrently running runs share transactions (ADRs/0011),
         # with every other worker's on the same AgentRuns (ADRs/0017).
         self._group_commit = group_commit
+        # Concurrent claim_and_drive calls of this worker share one claim statement.
+        self._claimer = GroupClaimer(self._claim_now, max_limit=max(64, concurrency))
 
     async def drive(self, run: AgentRun, *, claim_seconds: float = 0.0) -> RunOutcome:
         """Run a leased run's steps to its outcome (``claim_seconds``: how long the claim that
@@ -273,9 +276,12 @@ class Worker:
         for task in list(self._running):
             task.cancel()
 
+    async def _claim_now(self, limit: int) -> list[AgentRun]:
+        return await self._runs.claim(self.holder, limit=limit, kinds=self._only_kinds)
+
     async def _claim(self, limit: int) -> tuple[list[AgentRun], float]:
         started = time.perf_counter()
-        claimed = await self._runs.claim(self.holder, limit=limit, kinds=self._only_kinds)
+        claimed = await self._claimer.claim(limit)
         seconds = time.perf_counter() - started
         self._metrics.claimed(claimed, seconds)
         return claimed, seconds
