@@ -50,7 +50,7 @@ class GroupSettler:
             settler = per_loop[loop] = cls(runs)
         return settler
 
-    def __init__(self, runs: AgentRuns, *, max_group: int = 64, writers: int = 2) -> None:
+    def __init__(self, runs: AgentRuns, *, max_group: int = 256, writers: int = 2) -> None:
         if max_group < 1:
             raise ValueError("a group holds at least one write")
         if writers < 1:
