@@ -169,7 +169,7 @@ class PostgresDatabase(TransactionScope):
         self.url = url
         self.clock = clock
         # READ COMMITTED whatever the server's default: the head bookkeeping relies on each
-        # statement of its trigger seeing every commit before it (ADRs/0004).
+        # statement of its triggers seeing every commit before it (ADRs/0004, ADRs/0017).
         self.engine = engine or create_async_engine(
             sqlalchemy_url(url),
             pool_size=pool_size,
