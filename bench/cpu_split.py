@@ -4,9 +4,9 @@
 
 Drains the throughput bench's queue (one step per run, 50 workspaces) with the worker loop
 (64 slots), and the raw SQL queue with 8 connections and batches of 10, each on a fresh database
-of the embedded server, and reports per drained run: wall time, the bench process's CPU, the
-server's CPU (every backend of the server, read from /proc), and the server time spent in each
-of agentruns' PL/pgSQL functions (the claim and the triggers: ``track_functions = 'all'``).
+of the embedded server, and reports per drained run: wall time, the bench process's CPU, and the
+server time spent in each of agentruns' PL/pgSQL functions (the claim and the triggers:
+``track_functions = 'all'``; the statements' own executor time is not in it).
 
 A profile, not a bench with a target: run it alone, and say the load average with its figures.
 For the client side, run it under ``py-spy record -o profile.svg -- python -m bench.cpu_split``.
@@ -18,37 +18,12 @@ import argparse
 import asyncio
 import os
 from collections.abc import Awaitable, Callable
-from pathlib import Path
 from urllib.parse import urlsplit
 
 import psycopg
 
 from bench.server import BenchServer, bench_server
 from bench.throughput import agentruns_runner, raw
-
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def _stat(pid: int) -> list[str]:
-    text = Path(f"/proc/{pid}/stat").read_text()
-    return text[text.rindex(")") + 2 :].split()
-
-
-def server_cpu(pgdata: Path) -> float:
-    """CPU seconds of the postmaster, its exited children and every live child."""
-    master = int((pgdata / "postmaster.pid").read_text().split()[0])
-    fields = _stat(master)
-    total = sum(int(x) for x in fields[11:15]) / TICK
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            child = _stat(int(entry.name))
-        except (OSError, ValueError):
-            continue
-        if int(child[1]) == master:
-            total += (int(child[11]) + int(child[12])) / TICK
-    return total
 
 
 def client_cpu() -> float:
@@ -72,7 +47,6 @@ async def split(
     drain: Callable[[str], Awaitable[tuple[int, float]]],
     jobs: int,
 ) -> None:
-    assert server.pgdata is not None, "the split reads the embedded server's processes"
     url = server.create_database("split")
     try:
         await prepare(url, jobs)
@@ -80,15 +54,13 @@ async def split(
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
             await conn.execute(f"ALTER DATABASE \"{name}\" SET track_functions = 'all'")
             await conn.execute("SELECT pg_stat_reset()")
-        before = (client_cpu(), server_cpu(server.pgdata))
+        before = client_cpu()
         done, seconds = await drain(url)
-        client = client_cpu() - before[0]
-        db = server_cpu(server.pgdata) - before[1]
+        client = client_cpu() - before
         per = 1e6 / max(done, 1)
         print(
             f"{label}: {done:,} runs in {seconds:.1f} s ({done / seconds:,.0f}/s); per run: "
-            f"wall {seconds * per:.0f} us, client CPU {client * per:.0f} us, "
-            f"server CPU {db * per:.0f} us"
+            f"wall {seconds * per:.0f} us, client CPU {client * per:.0f} us"
         )
         for func, calls, ms in await functions(url):
             print(f"    {func:28} {calls:>8,} calls  {ms * 1000 / max(done, 1):7.1f} us/run (self)")
