@@ -11,14 +11,17 @@ Every store runs its statements through :func:`fetch` / :func:`execute` on the c
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator, Mapping, Sequence
+import asyncio
+from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from datetime import datetime
 from typing import Any
 
 import psycopg
+from psycopg.rows import dict_row
+from psycopg_pool import AsyncConnectionPool, PoolTimeout
 from sqlalchemy import URL, TextClause, event, make_url
-from sqlalchemy.engine import RowMapping
+from sqlalchemy.dialects.postgresql.psycopg import PGDialectAsync_psycopg
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
@@ -101,10 +104,36 @@ def translate(exc: BaseException) -> AgentRunsError:
 
 
 class PostgresTransaction(Transaction):
-    """An open transaction: the connection of the PostgreSQL stores that share it."""
+    """An open transaction: the connection of the PostgreSQL stores that share it.
 
-    def __init__(self, connection: AsyncConnection) -> None:
-        self.connection = connection
+    ``connection`` is SQLAlchemy's (what a kind's handler runs its domain row's statements on);
+    an autocommitted statement scope has only the psycopg connection (``driver``), as no
+    handler runs there."""
+
+    def __init__(
+        self,
+        connection: AsyncConnection | None,
+        driver: psycopg.AsyncConnection[Any] | None = None,
+    ) -> None:
+        self._connection = connection
+        self._driver = driver
+
+    @property
+    def connection(self) -> AsyncConnection:
+        if self._connection is None:
+            raise TypeError("an autocommitted statement of agentruns has no SQLAlchemy connection")
+        return self._connection
+
+    async def driver(self) -> psycopg.AsyncConnection[Any]:
+        """The psycopg connection under ``connection``: the adapter's own statements run on it
+        directly (:func:`fetch`), in the same transaction."""
+        if self._driver is None:
+            raw = await self.connection.get_raw_connection()
+            driver = raw.driver_connection
+            if not isinstance(driver, psycopg.AsyncConnection):
+                raise TypeError("the PostgreSQL adapter runs on psycopg 3 only")
+            self._driver = driver
+        return self._driver
 
 
 def postgres_connection(tx: Transaction) -> AsyncConnection:
@@ -119,24 +148,68 @@ def postgres_connection(tx: Transaction) -> AsyncConnection:
     return tx.connection
 
 
-async def fetch(
+Row = Mapping[str, Any]
+
+# The adapter's statements are declared as SQLAlchemy text (sql.statement: named binds, typed
+# where the driver cannot infer the type) and run on the psycopg connection itself: compiled
+# once to psycopg's parameter style, their typed binds converted as SQLAlchemy would. Going
+# through SQLAlchemy's execution and result layers cost about 0.3 ms of client CPU per
+# statement, more than many of the statements themselves (ADRs/0019).
+_DIALECT = PGDialectAsync_psycopg()  # type: ignore[no-untyped-call]
+_Processors = tuple[tuple[str, Any], ...]
+_COMPILED: dict[TextClause, tuple[str, _Processors]] = {}
+
+
+def _compiled(statement: TextClause) -> tuple[str, _Processors]:
+    found = _COMPILED.get(statement)
+    if found is None:
+        compiled = statement.compile(dialect=_DIALECT)
+        processors = tuple(
+            (name, processor)
+            for name, bind in compiled.binds.items()
+            if (processor := bind.type.dialect_impl(_DIALECT).bind_processor(_DIALECT))
+        )
+        found = _COMPILED[statement] = (compiled.string, processors)
+    return found
+
+
+async def _run(
     tx: Transaction, statement: TextClause, params: Mapping[str, Any]
-) -> Sequence[RowMapping]:
+) -> psycopg.AsyncCursor[dict[str, Any]]:
+    if not isinstance(tx, PostgresTransaction):
+        raise TypeError("a PostgreSQL store was handed a transaction of another adapter family")
+    query, processors = _compiled(statement)
+    values = dict(params)
+    for name, processor in processors:
+        if name in values:
+            values[name] = processor(values[name])
+    cursor = (await tx.driver()).cursor(row_factory=dict_row)
+    await cursor.execute(query, values, prepare=True)
+    return cursor
+
+
+async def fetch(tx: Transaction, statement: TextClause, params: Mapping[str, Any]) -> list[Row]:
     """Run ``statement`` in ``tx`` and return its rows, translating driver errors."""
     try:
-        result = await postgres_connection(tx).execute(statement, dict(params))
-        return result.mappings().all()
-    except (SQLAlchemyError, psycopg.Error, OSError, ValueError) as exc:
+        cursor = await _run(tx, statement, params)
+        if cursor.description is None:
+            return []
+        return list(await cursor.fetchall())
+    except (psycopg.Error, OSError, ValueError) as exc:
         raise translate(exc) from exc
 
 
 async def execute(tx: Transaction, statement: TextClause, params: Mapping[str, Any]) -> int:
     """Run ``statement`` in ``tx`` for its effect; the number of rows it touched."""
     try:
-        result = await postgres_connection(tx).execute(statement, dict(params))
-        return result.rowcount
-    except (SQLAlchemyError, psycopg.Error, OSError, ValueError) as exc:
+        return (await _run(tx, statement, params)).rowcount
+    except (psycopg.Error, OSError, ValueError) as exc:
         raise translate(exc) from exc
+
+
+async def _configure(connection: psycopg.AsyncConnection[Any]) -> None:
+    """A statement connection's settings: as :func:`_plan_once`, on a bare psycopg connection."""
+    await connection.execute("SET plan_cache_mode = force_generic_plan")
 
 
 def _plan_once(dbapi_connection: Any, _record: object) -> None:
@@ -180,6 +253,11 @@ class PostgresDatabase(TransactionScope):
             connect_args={"prepare_threshold": 0},
         )
         event.listen(self.engine.sync_engine, "connect", _plan_once)
+        # Autocommitted statements (a claim of plain kinds, a group of ends) check out bare
+        # psycopg connections from a small pool of their own, one per event loop: SQLAlchemy's
+        # checkout, isolation switch and reset cost more client time than the statement.
+        self._statement_pool_size = max(2, min(pool_size, 8))
+        self._statement_pools: dict[asyncio.AbstractEventLoop, AsyncConnectionPool] = {}
 
     def now_param(self) -> datetime | None:
         """The ``now`` bound into statements: the pinned clock's, or None for ``now()``."""
@@ -198,11 +276,29 @@ class PostgresDatabase(TransactionScope):
         # Autocommit: psycopg sends no BEGIN and no COMMIT, so a claim or a group end costs one
         # round trip, as the raw queue's statements do (ADRs/0017).
         try:
-            async with self.engine.connect() as connection:
-                await connection.execution_options(isolation_level="AUTOCOMMIT")
-                yield PostgresTransaction(connection)
-        except (SQLAlchemyError, psycopg.Error, OSError) as exc:
+            pool = await self._statement_pool()
+            async with pool.connection() as connection:
+                yield PostgresTransaction(None, connection)
+        except (psycopg.Error, PoolTimeout, OSError) as exc:
             raise translate(exc) from exc
+
+    async def _statement_pool(self) -> AsyncConnectionPool:
+        loop = asyncio.get_running_loop()
+        pool = self._statement_pools.get(loop)
+        if pool is None:
+            for stale in [other for other in self._statement_pools if other.is_closed()]:
+                del self._statement_pools[stale]  # its loop is gone, and its connections
+            pool = self._statement_pools[loop] = AsyncConnectionPool(
+                libpq_url(self.url),
+                min_size=1,
+                max_size=self._statement_pool_size,
+                kwargs={"autocommit": True, "prepare_threshold": 0},
+                configure=_configure,
+                open=False,
+            )
+        if pool.closed:
+            await pool.open()  # idempotent, if another task opened it meanwhile
+        return pool
 
     @asynccontextmanager
     async def savepoint(self, tx: Transaction) -> AsyncIterator[None]:
@@ -213,4 +309,7 @@ class PostgresDatabase(TransactionScope):
             raise translate(exc) from exc
 
     async def dispose(self) -> None:
+        pool = self._statement_pools.pop(asyncio.get_running_loop(), None)
+        if pool is not None:
+            await pool.close()
         await self.engine.dispose()

@@ -14,10 +14,9 @@ from typing import Any, NoReturn
 from uuid import UUID
 
 from sqlalchemy import TextClause
-from sqlalchemy.engine import RowMapping
 
 from agentruns.adapters.postgres import sql
-from agentruns.adapters.postgres.database import PostgresDatabase, fetch
+from agentruns.adapters.postgres.database import PostgresDatabase, Row, fetch
 from agentruns.app.ports import (
     ClaimRequest,
     EndWrite,
@@ -52,7 +51,7 @@ from agentruns.domain.termination import TerminationReason
 CLAIM_MARGIN = 8
 
 
-def run_from_row(row: RowMapping) -> AgentRun:
+def run_from_row(row: Row) -> AgentRun:
     end_reason = row["end_reason"]
     return AgentRun(
         id=row["id"],
@@ -82,7 +81,7 @@ def run_from_row(row: RowMapping) -> AgentRun:
     )
 
 
-def _last_failure(row: RowMapping) -> LastFailure | None:
+def _last_failure(row: Row) -> LastFailure | None:
     if row["last_error_type"] is None:
         return None
     return LastFailure(
@@ -92,7 +91,7 @@ def _last_failure(row: RowMapping) -> LastFailure | None:
     )
 
 
-def failure_from_row(row: RowMapping) -> FailureRecord:
+def failure_from_row(row: Row) -> FailureRecord:
     return FailureRecord(
         run_id=row["run_id"],
         id=row["id"],
@@ -111,7 +110,7 @@ def _kinds(kinds: Sequence[str] | None) -> list[str] | None:
     return None if kinds is None else list(kinds)
 
 
-def _claim_key(row: RowMapping) -> tuple[int, int, datetime, int]:
+def _claim_key(row: Row) -> tuple[int, int, datetime, int]:
     """The claim order of a claimed row, as the statement ranked it."""
     return (row["claim_band"], row["claim_load"], row["due_at"], row["seq"])
 
@@ -489,7 +488,7 @@ class PostgresEventLog(EventLog):
         return [_event(row) for row in await fetch(tx, sql.LIST_EVENTS, params)]
 
 
-def _event(row: RowMapping) -> RunEvent:
+def _event(row: Row) -> RunEvent:
     return RunEvent(
         run_id=row["run_id"],
         seq=row["seq"],

@@ -9,10 +9,9 @@ from typing import Any
 from uuid import UUID
 
 from sqlalchemy import TextClause
-from sqlalchemy.engine import RowMapping
 
 from agentruns.adapters.postgres import sandbox_sql as sql
-from agentruns.adapters.postgres.database import PostgresDatabase, execute, fetch
+from agentruns.adapters.postgres.database import PostgresDatabase, Row, execute, fetch
 from agentruns.adapters.postgres.sql import NOW_SELECT
 from agentruns.app.ports import Transaction
 from agentruns.app.sandbox_ports import SandboxStore
@@ -20,7 +19,7 @@ from agentruns.domain.errors import IllegalTransition, SandboxNotLive
 from agentruns.domain.sandbox import AgentSandbox, SandboxState, SandboxTimings
 
 
-def sandbox_from_row(row: RowMapping) -> AgentSandbox:
+def sandbox_from_row(row: Row) -> AgentSandbox:
     return AgentSandbox(
         id=row["id"],
         kind=row["kind"],

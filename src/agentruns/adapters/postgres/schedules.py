@@ -8,10 +8,8 @@ from datetime import datetime
 from typing import Any
 from uuid import UUID
 
-from sqlalchemy.engine import RowMapping
-
 from agentruns.adapters.postgres import schedule_sql as sql
-from agentruns.adapters.postgres.database import PostgresDatabase, execute, fetch
+from agentruns.adapters.postgres.database import PostgresDatabase, Row, execute, fetch
 from agentruns.app.ports import Transaction
 from agentruns.app.schedule_ports import ScheduleStore, ScheduleTick
 from agentruns.domain.bands import Band
@@ -19,7 +17,7 @@ from agentruns.domain.schedule import Schedule
 from agentruns.domain.ticks import ScheduleState
 
 
-def state_from_row(row: RowMapping) -> ScheduleState:
+def state_from_row(row: Row) -> ScheduleState:
     schedule = Schedule(
         name=row["name"],
         kind=row["kind"],
