@@ -40,6 +40,9 @@ from agentruns.domain.termination import (
 
 log = logging.getLogger("agentruns.worker")
 
+# The most runs one claim of the worker loop asks for (ADRs/0019).
+MAX_CLAIM = 64
+
 
 @dataclass
 class WorkerStats:
@@ -81,10 +84,15 @@ class Worker:
         self._metrics = metrics or NoMetrics()
         self._tracing = tracing or NoTracing()
         self._running: set[asyncio.Task[RunOutcome]] = set()
+        self._slot_freed = asyncio.Event()  # set by every run that ends
         self.stats = WorkerStats()
         # Step boundaries and ends of concurrently running runs share transactions (ADRs/0011),
         # with every other worker's on the same AgentRuns (ADRs/0017).
         self._group_commit = group_commit
+        # The loop claims its free slots in cohorts of at most half its slots (and MAX_CLAIM):
+        # while one cohort's writes are at the server, the next is claimed and stepped, so the
+        # process and the server work at the same time instead of taking turns (ADRs/0019).
+        self._claim_size = max(1, min(MAX_CLAIM, concurrency // 2))
         # Concurrent claim_and_drive calls of this worker share one claim statement.
         self._claimer = GroupClaimer(self._claim_now, max_limit=max(64, concurrency))
 
@@ -92,10 +100,15 @@ class Worker:
         """Run a leased run's steps to its outcome (``claim_seconds``: how long the claim that
         leased it took, for its claim span)."""
         kind = self._kinds.get(run.kind)
-        extra = _context(run)
         trace = self._tracing.run(run, claim_seconds)
         started = time.perf_counter()
-        log.info("run started", extra={**extra, "attempt": run.attempt, "holder": self.holder})
+        # The lines' context is built only when they are written: a short run pays for it.
+        logging_runs = log.isEnabledFor(logging.INFO)
+        if logging_runs:
+            log.info(
+                "run started",
+                extra={**_context(run), "attempt": run.attempt, "holder": self.holder},
+            )
         failure: FailureDetail | None = None
         try:
             await self._steps(run, kind, trace)
@@ -115,11 +128,16 @@ class Worker:
         seconds = time.perf_counter() - started
         trace.close(outcome, failure)
         self._metrics.finished(run.kind, outcome, seconds)
-        log.info(
-            "run %s",
-            outcome,
-            extra={**extra, "outcome": str(outcome), "duration_seconds": round(seconds, 6)},
-        )
+        if logging_runs:
+            log.info(
+                "run %s",
+                outcome,
+                extra={
+                    **_context(run),
+                    "outcome": str(outcome),
+                    "duration_seconds": round(seconds, 6),
+                },
+            )
         self.stats.count(outcome)
         return outcome
 
@@ -246,7 +264,7 @@ class Worker:
         # would otherwise wake nobody until the poll interval.
         await self._notifier.listen()
         while not stop.is_set():
-            free = self._concurrency - len(running)
+            free = min(self._concurrency - len(running), self._claim_size)
             claimed: list[AgentRun] = []
             seconds = 0.0
             if free > 0:
@@ -258,7 +276,7 @@ class Worker:
             for run in claimed:
                 task = asyncio.create_task(self.drive(run, claim_seconds=seconds))
                 running.add(task)
-                task.add_done_callback(running.discard)
+                task.add_done_callback(self._freed)
             if drain and not claimed and not running:
                 break
             if claimed and len(running) < self._concurrency:
@@ -269,6 +287,10 @@ class Worker:
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+
+    def _freed(self, task: asyncio.Task[RunOutcome]) -> None:
+        self._running.discard(task)
+        self._slot_freed.set()
 
     def abandon(self) -> None:
         """Drop every run in flight at once, settling nothing, as a crashed process would: the
@@ -296,7 +318,8 @@ class Worker:
             asyncio.ensure_future(self._notifier.wait(self._poll_interval)),
         }
         if running and (any_end or len(running) >= self._concurrency):
-            waiters.add(asyncio.ensure_future(asyncio.wait(running, return_when="FIRST_COMPLETED")))
+            self._slot_freed.clear()
+            waiters.add(asyncio.ensure_future(self._slot_freed.wait()))
         _, pending = await asyncio.wait(waiters, return_when=asyncio.FIRST_COMPLETED)
         for future in pending:
             future.cancel()
