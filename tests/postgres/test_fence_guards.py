@@ -404,3 +404,20 @@ def test_a_review_job_that_follows_its_run_commits(db: Db) -> None:
         db.execute(
             "UPDATE review_job SET status = 'ended', attempt = 1 WHERE run_id = %(run)s", params
         )
+
+
+def test_the_guard_calls_its_function_only_for_a_write_it_refuses(db: Db) -> None:
+    """The legal moves pass on the trigger's condition alone (0012): no PL/pgSQL call per row
+    written by a claim, a renewal or an end; the refusals above still name their rule."""
+    run = uuid4()
+    params = {"run": run, "subject": f"review:{run}"}
+    with db.transaction():
+        db.execute("SET LOCAL track_functions = 'all'")
+        for write in (INSERT, CLAIM, RENEW, EVENT.format(epoch=CURRENT), REQUEUE, CLAIM, END):
+            db.execute(write, params)
+        calls = db.execute(
+            "SELECT pg_stat_get_xact_function_calls('guard_agent_run()'::regprocedure), "
+            "pg_stat_get_xact_function_calls('agent_run_enqueued()'::regprocedure)"
+        ).fetchone()
+    # The enqueue trigger beside it ran (the count works); the guard's function did not.
+    assert calls == (None, 1)
