@@ -127,12 +127,13 @@ def _fence_params(fence: AgentRunFence) -> dict[str, Any]:
     return {"run_id": fence.run_id, "workspace": fence.workspace, "epoch": fence.epoch}
 
 
-def _group_params(fences: Sequence[AgentRunFence]) -> dict[str, Any]:
-    return {
-        "ids": [fence.run_id for fence in fences],
-        "workspaces": [fence.workspace for fence in fences],
-        "epochs": [fence.epoch for fence in fences],
-    }
+def _group_writes(rows: Sequence[tuple[AgentRunFence, Sequence[object]]]) -> str:
+    """A group's writes as the one JSON document its statement reads (sql._GROUP)."""
+    return json.dumps(
+        [[str(fence.run_id), fence.workspace, fence.epoch, *more] for fence, more in rows],
+        ensure_ascii=False,
+        separators=(",", ":"),
+    )
 
 
 class PostgresRunStore(RunStore):
@@ -280,11 +281,8 @@ class PostgresRunStore(RunStore):
         if not ends:
             return []
         fences = [write.fence for write in ends]
-        rows = await fetch(
-            tx,
-            sql.END_MANY,
-            {**self._params(), **_group_params(fences), "reasons": [w.reason.value for w in ends]},
-        )
+        writes = _group_writes([(w.fence, (w.reason.value,)) for w in ends])
+        rows = await fetch(tx, sql.END_MANY, {**self._params(), "writes": writes})
         results: list[AgentRun | AgentRunsError] = []
         for fence, row in zip(fences, rows, strict=True):
             results.append(
@@ -445,23 +443,27 @@ class PostgresEventLog(EventLog):
     ) -> list[RunEvent | AgentRunsError]:
         if not steps:
             return []
-        fences = [write.fence for write in steps]
+        writes = _group_writes([(w.fence, (w.type, w.data)) for w in steps])
         rows = await fetch(
-            tx,
-            sql.RENEW_AND_APPEND_MANY,
-            {
-                "now": self._db.now_param(),
-                **_group_params(fences),
-                "types": [write.type for write in steps],
-                "datas": [json.dumps(write.data) for write in steps],
-            },
+            tx, sql.RENEW_AND_APPEND_MANY, {"now": self._db.now_param(), "writes": writes}
         )
         results: list[RunEvent | AgentRunsError] = []
         for write, row in zip(steps, rows, strict=True):
             if not row["renewed"]:
                 results.append(await self._runs.why(tx, write.fence))
-            else:
-                results.append(_event(row))
+                continue
+            # The event as written: the write's own type and (checked) data, at the sequence
+            # number and time the statement gave it.
+            results.append(
+                RunEvent(
+                    run_id=write.fence.run_id,
+                    seq=row["seq"],
+                    epoch=write.fence.epoch,
+                    type=write.type,
+                    data=write.data,
+                    created_at=row["created_at"],
+                )
+            )
         return results
 
     async def _append_held(

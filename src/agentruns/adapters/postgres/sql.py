@@ -463,11 +463,13 @@ FROM renewed LEFT JOIN appended ON true
 
 # Group commit (ADRs/0011): one row per write, each guarded by its own fence; a row whose fence
 # fails is simply not updated, so it neither blocks nor rolls back the others. The writes name
-# distinct runs; ``ord`` gives each result back to its write.
+# distinct runs; ``ord`` gives each result back to its write. They come as one JSON array of
+# ``[run id, workspace, epoch, ...]`` (one parameter: the client encodes one document instead of
+# an array per field, ADRs/0019).
 _GROUP = """
-    SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:workspaces AS text[]),
-                         CAST(:epochs AS integer[]){extra})
-        WITH ORDINALITY AS w(id, workspace, epoch{extra_names}, ord)"""
+    SELECT CAST(e.v ->> 0 AS uuid) AS id, e.v ->> 1 AS workspace,
+           CAST(e.v ->> 2 AS integer) AS epoch{extra}, e.ord
+    FROM jsonb_array_elements(CAST(:writes AS jsonb)) WITH ORDINALITY AS e(v, ord)"""
 
 _GROUP_FENCE = (
     "r.id = w.id AND r.workspace = w.workspace AND r.epoch = w.epoch AND r.state = 'leased' "
@@ -476,7 +478,7 @@ _GROUP_FENCE = (
 
 END_MANY = statement(f"""
 WITH clock AS (SELECT {NOW} AS now),
-w AS ({_GROUP.format(extra=", CAST(:reasons AS text[])", extra_names=", reason")}),
+w AS ({_GROUP.format(extra=", e.v ->> 3 AS reason")}),
 ended AS (
     UPDATE agent_run r SET state = 'ended', head = false, leased_until = NULL,
                            end_reason = w.reason, ended_at = clock.now
@@ -486,14 +488,11 @@ ended AS (
 SELECT w.ord, ended.* FROM w LEFT JOIN ended ON ended.id = w.id ORDER BY w.ord
 """)
 
-# The step boundaries of a group: as RENEW_AND_APPEND, row by row.
+# The step boundaries of a group: as RENEW_AND_APPEND, row by row. Each event is what its write
+# said, at the run's next sequence number and the renewal's time: only those come back.
 RENEW_AND_APPEND_MANY = statement(f"""
 WITH clock AS (SELECT {NOW} AS now),
-w AS ({
-    _GROUP.format(
-        extra=", CAST(:types AS text[]), CAST(:datas AS text[])", extra_names=", type, data"
-    )
-}),
+w AS ({_GROUP.format(extra=", e.v ->> 3 AS type, e.v -> 4 AS data")}),
 renewed AS (
     UPDATE agent_run r SET leased_until = clock.now + r.lease, events = r.events + 1
     FROM w, clock WHERE {_GROUP_FENCE}
@@ -501,13 +500,11 @@ renewed AS (
 ),
 appended AS (
     INSERT INTO agent_run_event (run_id, seq, epoch, type, data, created_at)
-    SELECT n.id, n.events, n.epoch, w.type, CAST(w.data AS jsonb), n.renewed_at
+    SELECT n.id, n.events, n.epoch, w.type, w.data, n.renewed_at
     FROM renewed n JOIN w ON w.id = n.id
-    RETURNING run_id, seq, epoch, type, data, created_at
 )
-SELECT w.ord, n.id IS NOT NULL AS renewed, a.run_id, a.seq, a.epoch, a.type, a.data,
-       a.created_at
-FROM w LEFT JOIN renewed n ON n.id = w.id LEFT JOIN appended a ON a.run_id = w.id
+SELECT w.ord, n.id IS NOT NULL AS renewed, n.events AS seq, n.renewed_at AS created_at
+FROM w LEFT JOIN renewed n ON n.id = w.id
 ORDER BY w.ord
 """)
 
