@@ -3,9 +3,10 @@
     .venv/bin/python -m bench.cpu_split [--jobs 15000]
 
 Drains the throughput bench's queue (one step per run, 50 workspaces) with the worker loop
-(64 slots), and the raw SQL queue with 8 connections and batches of 10, each on a fresh database
-of the embedded server, and reports per drained run: wall time, the bench process's CPU, and the
-server time spent in each of agentruns' PL/pgSQL functions (the claim and the triggers:
+(1,024 slots), and the raw SQL queue with 8 connections and batches of 10, each on a fresh database
+of the embedded server, and reports per drained run: wall time, the whole machine's CPU
+(``/proc/stat``), the bench process's share of it, and the server time spent in each of
+agentruns' PL/pgSQL functions (the claim and the triggers:
 ``track_functions = 'all'``; the statements' own executor time is not in it).
 
 A profile, not a bench with a target: run it alone, and say the load average with its figures.
@@ -24,6 +25,13 @@ import psycopg
 
 from bench.server import BenchServer, bench_server
 from bench.throughput import agentruns_runner, raw
+
+
+def machine() -> tuple[int, int]:
+    """(all, idle) CPU ticks of the whole machine so far, from ``/proc/stat``."""
+    with open("/proc/stat") as stat:
+        ticks = [int(field) for field in stat.readline().split()[1:]]
+    return sum(ticks), ticks[3] + ticks[4]  # idle and iowait
 
 
 def client_cpu() -> float:
@@ -54,13 +62,18 @@ async def split(
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
             await conn.execute(f"ALTER DATABASE \"{name}\" SET track_functions = 'all'")
             await conn.execute("SELECT pg_stat_reset()")
-        before = client_cpu()
+        before, ticks = client_cpu(), machine()
         done, seconds = await drain(url)
         client = client_cpu() - before
+        total, idle = (now - then for now, then in zip(machine(), ticks, strict=True))
+        busy = 1 - idle / max(total, 1)
+        cores = os.cpu_count() or 1
         per = 1e6 / max(done, 1)
+        cpu = busy * cores * seconds
         print(
-            f"{label}: {done:,} runs in {seconds:.1f} s ({done / seconds:,.0f}/s); per run: "
-            f"wall {seconds * per:.0f} us, client CPU {client * per:.0f} us"
+            f"{label}: {done:,} runs in {seconds:.1f} s ({done / seconds:,.0f}/s); machine "
+            f"{busy:.0%} busy; per run: wall {seconds * per:.0f} us, CPU {cpu * per:.0f} us, "
+            f"of which the bench process {client * per:.0f} us (the rest: the server)"
         )
         for func, calls, ms in await functions(url):
             print(f"    {func:28} {calls:>8,} calls  {ms * 1000 / max(done, 1):7.1f} us/run (self)")
@@ -73,9 +86,9 @@ async def main_async(jobs: int) -> None:
     with bench_server() as server:
         await split(
             server,
-            "agentruns worker loop, 64 slots",
+            "agentruns worker loop, 1024 slots",
             agentruns_runner.prepare,
-            lambda url: agentruns_runner.drain_worker_loop(url, concurrency=64),
+            lambda url: agentruns_runner.drain_worker_loop(url, concurrency=1024),
             jobs,
         )
         await split(

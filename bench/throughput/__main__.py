@@ -131,7 +131,7 @@ def contenders(selected: set[str]) -> list[Contender]:
         Contender(
             "agentruns, worker loop",
             "agentruns-batch",
-            [worker_loop_setting(c) for c in (64, 128, 256)],
+            [worker_loop_setting(c) for c in (256, 512, 1024)],
             sweep=True,
         ),
         Contender(

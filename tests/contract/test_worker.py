@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator, Awaitable
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from datetime import timedelta
 from typing import TypeVar
 
 import pytest
 
 from agentruns.app.kinds import RunKind, RunKinds, StepEvent
+from agentruns.app.metrics import NoMetrics
 from agentruns.app.ports import RunEvent
 from agentruns.app.reaper import AgentRunReaper
 from agentruns.app.runs import AgentRuns
@@ -396,3 +397,45 @@ async def test_a_store_outage_mid_run_stops_the_holder_without_settling() -> Non
     left = await runs.get(run.id)
     assert left.state.value == "leased"
     assert await runs.events(run.id) == []
+
+
+async def test_the_loop_fills_its_slots_in_cohorts_of_at_most_half_of_them(
+    runs: AgentRuns, kinds: RunKinds, backend: Backend
+) -> None:
+    """A worker with 8 slots claims at most 4 runs per claim, and claims again at once until
+    every slot runs: one cohort's writes overlap the next one's claim (ADRs/0019)."""
+    arrived = 0
+    all_running = asyncio.Event()
+    release = asyncio.Event()
+
+    async def held_steps(run: AgentRun) -> AsyncIterator[StepEvent]:
+        nonlocal arrived
+        arrived += 1
+        if arrived == 8:
+            all_running.set()
+        await release.wait()
+        yield StepEvent("step", {"index": 0})
+
+    class Claims(NoMetrics):
+        def __init__(self) -> None:
+            self.sizes: list[int] = []
+
+        def claimed(self, claimed: Sequence[AgentRun], seconds: float) -> None:
+            self.sizes.append(len(claimed))
+
+    kinds.register(RunKind(policy("held"), held_steps))
+    for n in range(12):
+        await runs.enqueue("held", workspace="acme", subject=f"s{n}")
+    metrics = Claims()
+    worker = Worker(
+        runs, kinds, backend.stores.notifier, random.Random(1), holder="w", concurrency=8,
+        metrics=metrics,
+    )  # fmt: skip
+    stop = asyncio.Event()
+    loop = asyncio.create_task(worker.run(stop, grace=BOUND))
+    await within(all_running.wait())
+    assert [size for size in metrics.sizes if size] == [4, 4]
+    stop.set()
+    release.set()
+    await within(loop)
+    assert worker.stats.claimed == 8

@@ -286,7 +286,7 @@ class AgentRuns:
     async def settle_group(
         self, writes: Sequence[StepWrite | EndWrite]
     ) -> list[RunEvent | AgentRun | AgentRunsError]:
-        """Step boundaries and ends of several held runs in one transaction, set-based, each
+        """Step boundaries and ends of several held runs, set-based and committed together, each
         under its own fence; one result per write, in order: what :meth:`step_boundary` or
         :meth:`end` would have returned, or the error it would have raised (a failed fence
         writes nothing for its run and neither blocks nor rolls back the others).
@@ -312,8 +312,11 @@ class AgentRuns:
                 results[index] = refused
             else:
                 steps.append((index, checked))
-        # Ends alone are one statement (and reads only for refused fences): no BEGIN, no COMMIT.
-        scope = self._stores.scope.statement() if not steps else self._stores.scope.transaction()
+        # Ends alone, or step boundaries alone, are one statement (and reads only for refused
+        # fences): no BEGIN, no COMMIT. Both together are two statements, in one transaction.
+        scope = (
+            self._stores.scope.transaction() if steps and ends else self._stores.scope.statement()
+        )
         async with scope as inner:
             if steps:
                 stepped = await self._stores.events.renew_and_append_many(

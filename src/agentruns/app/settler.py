@@ -44,7 +44,9 @@ class GroupSettler:
     def shared(cls, runs: AgentRuns) -> GroupSettler:
         """The settler every worker on ``runs`` uses in the running event loop."""
         loop = asyncio.get_running_loop()
-        per_loop = cls._shared.setdefault(runs, WeakKeyDictionary())
+        per_loop = cls._shared.get(runs)
+        if per_loop is None:
+            per_loop = cls._shared[runs] = WeakKeyDictionary()
         settler = per_loop.get(loop)
         if settler is None:
             settler = per_loop[loop] = cls(runs)

@@ -41,7 +41,7 @@ from agentruns.domain.termination import (
 log = logging.getLogger("agentruns.worker")
 
 # The most runs one claim of the worker loop asks for (ADRs/0019).
-MAX_CLAIM = 64
+MAX_CLAIM = 256
 
 
 @dataclass

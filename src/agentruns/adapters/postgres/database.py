@@ -192,7 +192,9 @@ async def fetch(tx: Transaction, statement: TextClause, params: Mapping[str, Any
     """Run ``statement`` in ``tx`` and return its rows, translating driver errors."""
     try:
         cursor = await _run(tx, statement, params)
-        if cursor.description is None:
+        # Not ``cursor.description``: it builds a column object per column on every read.
+        result = cursor.pgresult
+        if result is None or result.status != psycopg.pq.ExecStatus.TUPLES_OK:
             return []
         return list(await cursor.fetchall())
     except (psycopg.Error, OSError, ValueError) as exc:

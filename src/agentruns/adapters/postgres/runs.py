@@ -51,6 +51,12 @@ from agentruns.domain.termination import TerminationReason
 CLAIM_MARGIN = 8
 
 
+# The enums by stored value, looked up once per row (an enum's call costs more than the lookup).
+_BANDS = {band.value: band for band in Band}
+_STATES = {state.value: state for state in AgentRunState}
+_REASONS = {reason.value: reason for reason in TerminationReason}
+
+
 def run_from_row(row: Row) -> AgentRun:
     end_reason = row["end_reason"]
     return AgentRun(
@@ -58,9 +64,9 @@ def run_from_row(row: Row) -> AgentRun:
         kind=row["kind"],
         workspace=row["workspace"],
         subject=row["subject"],
-        band=Band(row["band"]),
+        band=_BANDS[row["band"]],
         payload=row["payload"],
-        state=AgentRunState(row["state"]),
+        state=_STATES[row["state"]],
         epoch=row["epoch"],
         attempt=row["attempt"],
         seq=row["seq"],
@@ -70,7 +76,7 @@ def run_from_row(row: Row) -> AgentRun:
         deadline_at=row["deadline_at"],
         leased_until=row["leased_until"],
         holder=row["holder"],
-        end_reason=None if end_reason is None else TerminationReason(end_reason),
+        end_reason=None if end_reason is None else _REASONS[end_reason],
         ended_at=row["ended_at"],
         continues=row["continues"],
         domain_row=row["domain_row"],
