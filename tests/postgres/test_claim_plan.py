@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import text
 
 from agentruns.adapters.postgres import make_postgres_stores, sql as statements
-from agentruns.adapters.postgres.database import PostgresDatabase, PostgresTransaction
+from agentruns.adapters.postgres.database import PostgresDatabase, PostgresTransaction, compiled
 from agentruns.app.ports import ClaimRequest
 from agentruns.testing import PostgresTestServer
 from bench.population import populate
@@ -187,3 +187,25 @@ async def test_a_claim_walks_the_lanes_in_order_whatever_the_statistics(
     # Measured: 220 buffers walked in index order; 367 with the lane walk as a bitmap scan of
     # every lane and a sort (and that grows with the lanes: ~300 per band at 10,000).
     assert touched <= BUFFER_BOUND[1], touched
+
+
+async def test_a_group_of_step_boundaries_looks_each_run_up_by_key(postgres_url: str) -> None:
+    """The event guard joins a group's new events to their runs by key, however big the group:
+    with groups of a few hundred the planner read every run (a sequential scan and a hash join
+    per group: 40 µs of server time per event in the throughput bench, ADRs/0019)."""
+    with psycopg.connect(postgres_url, autocommit=True) as raw:
+        populate(raw, queued=15_000, workspaces=50, subjects=15_000)  # and ANALYZE
+        leased = raw.execute(
+            "SELECT id, workspace, epoch FROM agent_claim(NULL, interval '10 minutes', 'w', 300)"
+        ).fetchall()
+        assert len(leased) == 300
+        query, _ = compiled(statements.RENEW_AND_APPEND_MANY)
+        writes = json.dumps([[str(i), ws, epoch, "step", {}] for i, ws, epoch in leased])
+        scans = "SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'agent_run'"
+        with raw.transaction():
+            raw.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            before = raw.execute(scans).fetchone()
+            renewed = raw.execute(query, {"now": None, "writes": writes}).fetchall()
+            after = raw.execute(scans).fetchone()
+    assert len(renewed) == 300
+    assert before == after, (before, after)

@@ -160,7 +160,9 @@ _Processors = tuple[tuple[str, Any], ...]
 _COMPILED: dict[TextClause, tuple[str, _Processors]] = {}
 
 
-def _compiled(statement: TextClause) -> tuple[str, _Processors]:
+def compiled(statement: TextClause) -> tuple[str, _Processors]:
+    """``statement`` as psycopg runs it: its SQL in psycopg's parameter style, and the
+    conversions of its typed binds (by name), made once."""
     found = _COMPILED.get(statement)
     if found is None:
         compiled = statement.compile(dialect=_DIALECT)
@@ -178,7 +180,7 @@ async def _run(
 ) -> psycopg.AsyncCursor[dict[str, Any]]:
     if not isinstance(tx, PostgresTransaction):
         raise TypeError("a PostgreSQL store was handed a transaction of another adapter family")
-    query, processors = _compiled(statement)
+    query, processors = compiled(statement)
     values = dict(params)
     for name, processor in processors:
         if name in values:
