@@ -121,6 +121,9 @@ def _claim_key(row: Row) -> tuple[int, int, datetime, int]:
     return (row["claim_band"], row["claim_load"], row["due_at"], row["seq"])
 
 
+_FAILURE_FIELDS = ("error_type", "message", "failure_class", "traceback")
+
+
 def _failure(take_back: TakeBack, field: str) -> str | None:
     """One field of the failed attempt a take-back records, as text (``None``: none)."""
     if take_back.failure is None:
@@ -356,17 +359,18 @@ class PostgresRunStore(RunStore):
     async def take_back_many(self, tx: Tx, take_backs: Sequence[TakeBack]) -> list[AgentRun]:
         if not take_backs:
             return []
+        batch = [
+            [
+                str(take_back.run_id),
+                take_back.epoch,
+                take_back.retry_budget,
+                take_back.delay.total_seconds(),
+                *(_failure(take_back, field) for field in _FAILURE_FIELDS),
+            ]
+            for take_back in take_backs
+        ]
         return await self._many(
-            tx,
-            sql.TAKE_BACK_MANY,
-            ids=[take_back.run_id for take_back in take_backs],
-            epochs=[take_back.epoch for take_back in take_backs],
-            budgets=[take_back.retry_budget for take_back in take_backs],
-            delays=[take_back.delay for take_back in take_backs],
-            error_types=[_failure(take_back, "error_type") for take_back in take_backs],
-            messages=[_failure(take_back, "message") for take_back in take_backs],
-            failure_classes=[_failure(take_back, "failure_class") for take_back in take_backs],
-            tracebacks=[_failure(take_back, "traceback") for take_back in take_backs],
+            tx, sql.TAKE_BACK_MANY, take_backs=json.dumps(batch, separators=(",", ":"))
         )
 
     async def overdue(

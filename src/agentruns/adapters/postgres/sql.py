@@ -176,12 +176,15 @@ SELECT * FROM taken
 # backoff delay; rows another replica holds are skipped.
 TAKE_BACK_MANY = statement(f"""
 WITH clock AS (SELECT {NOW} AS now),
+-- The batch as one JSON array of [id, epoch, retry budget, delay in seconds, error type,
+-- message, failure class, traceback] (one parameter, as the group writes: ADRs/0019).
 w AS (
-    SELECT * FROM unnest(CAST(:ids AS uuid[]), CAST(:epochs AS integer[]),
-                         CAST(:budgets AS integer[]), CAST(:delays AS interval[]),
-                         CAST(:error_types AS text[]), CAST(:messages AS text[]),
-                         CAST(:failure_classes AS text[]), CAST(:tracebacks AS text[]))
-        AS w(id, epoch, retry_budget, delay, error_type, message, failure_class, traceback)
+    SELECT CAST(e.v ->> 0 AS uuid) AS id, CAST(e.v ->> 1 AS integer) AS epoch,
+           CAST(e.v ->> 2 AS integer) AS retry_budget,
+           make_interval(secs => CAST(e.v ->> 3 AS double precision)) AS delay,
+           e.v ->> 4 AS error_type, e.v ->> 5 AS message, e.v ->> 6 AS failure_class,
+           e.v ->> 7 AS traceback
+    FROM jsonb_array_elements(CAST(:take_backs AS jsonb)) AS e(v)
 ),
 -- Each run is found by its key alone and checked once locked (its newest version): with the
 -- state in the lookup, a planner whose statistics saw few leased runs reads the leased index
