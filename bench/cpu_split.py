@@ -5,8 +5,8 @@
 Drains the throughput bench's queue (one step per run, 50 workspaces) with the worker loop
 (1,024 slots), and the raw SQL queue with 8 connections and batches of 10, each on a fresh database
 of the embedded server, and reports per drained run: wall time, the whole machine's CPU
-(``/proc/stat``), the bench process's share of it, and the server time spent in each of
-agentruns' PL/pgSQL functions (the claim and the triggers:
+(``/proc/stat``), the bench process's share of it, the WAL the server wrote (records and bytes),
+and the server time spent in each of agentruns' PL/pgSQL functions (the claim and the triggers:
 ``track_functions = 'all'``; the statements' own executor time is not in it).
 
 A profile, not a bench with a target: run it alone, and say the load average with its figures.
@@ -48,6 +48,18 @@ async def functions(url: str) -> list[tuple[str, int, float]]:
         return [(str(name), int(calls), float(ms)) for name, calls, ms in await cur.fetchall()]
 
 
+async def wal(url: str) -> tuple[int, int]:
+    """WAL records written so far (the whole server's), and the WAL insert position, in bytes."""
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+        cur = await conn.execute(
+            "SELECT (SELECT wal_records FROM pg_stat_wal), "
+            "pg_wal_lsn_diff(pg_current_wal_insert_lsn(), '0/0')::bigint"
+        )
+        row = await cur.fetchone()
+        assert row is not None
+        return int(row[0]), int(row[1])
+
+
 async def split(
     server: BenchServer,
     label: str,
@@ -62,8 +74,13 @@ async def split(
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
             await conn.execute(f"ALTER DATABASE \"{name}\" SET track_functions = 'all'")
             await conn.execute("SELECT pg_stat_reset()")
+        records, position = await wal(url)
         before, ticks = client_cpu(), machine()
         done, seconds = await drain(url)
+        await asyncio.sleep(0.7)  # the statistics collector's flush
+        records, position = (
+            now - then for now, then in zip(await wal(url), (records, position), strict=True)
+        )
         client = client_cpu() - before
         total, idle = (now - then for now, then in zip(machine(), ticks, strict=True))
         busy = 1 - idle / max(total, 1)
@@ -73,7 +90,8 @@ async def split(
         print(
             f"{label}: {done:,} runs in {seconds:.1f} s ({done / seconds:,.0f}/s); machine "
             f"{busy:.0%} busy; per run: wall {seconds * per:.0f} us, CPU {cpu * per:.0f} us, "
-            f"of which the bench process {client * per:.0f} us (the rest: the server)"
+            f"of which the bench process {client * per:.0f} us (the rest: the server); "
+            f"WAL {records / max(done, 1):.1f} records, {position / max(done, 1):,.0f} bytes"
         )
         for func, calls, ms in await functions(url):
             print(f"    {func:28} {calls:>8,} calls  {ms * 1000 / max(done, 1):7.1f} us/run (self)")
