@@ -29,7 +29,7 @@ import psycopg
 from psycopg.rows import dict_row
 
 from agentruns.adapters.postgres import sql
-from agentruns.adapters.postgres.database import compiled
+from agentruns.adapters.postgres.database import bound
 from bench.server import bench_server
 from bench.throughput import agentruns_runner, raw
 
@@ -45,15 +45,6 @@ SELECT c.relname AS tab, i.relname AS idx, pg_get_expr(x.indpred, x.indrelid) AS
 FROM pg_index x JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class c ON c.oid = x.indrelid
 JOIN pg_namespace n ON n.oid = c.relnamespace WHERE n.nspname = 'public'
 """
-
-
-def _query(statement: Any, params: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-    query, processors = compiled(statement)
-    values = dict(params)
-    for name, processor in processors:
-        if name in values:
-            values[name] = processor(values[name])
-    return query, values
 
 
 class Counter:
@@ -139,7 +130,7 @@ async def main_async(cohort: int, plans: bool) -> None:
 
 
 def _agentruns(conn: psycopg.Connection[dict[str, Any]], cohort: int, plans: bool) -> None:
-    claim, claim_values = _query(
+    claim, claim_values = bound(
         sql.CLAIM, {"now": None, "aging": "10 minutes", "holder": "plans", "limit": cohort}
     )
     # Warm the claim's plans and the ledger: a cohort taken and ended untimed first.
@@ -223,7 +214,7 @@ def _step_and_end(
         ("step boundaries", sql.RENEW_AND_APPEND_MANY, steps),
         ("ends", sql.END_MANY, ends),
     ):
-        query, values = _query(statement, {"now": None, "writes": writes})
+        query, values = bound(statement, {"now": None, "writes": writes})
         if plans and timed:
             with conn.transaction(force_rollback=True):
                 print(f"-- EXPLAIN (ANALYZE, BUFFERS): group of {len(taken)} {label}")

@@ -12,7 +12,7 @@ import pytest
 from sqlalchemy import text
 
 from agentruns.adapters.postgres import make_postgres_stores, sql as statements
-from agentruns.adapters.postgres.database import PostgresDatabase, PostgresTransaction, compiled
+from agentruns.adapters.postgres.database import PostgresDatabase, PostgresTransaction, bound
 from agentruns.app.ports import ClaimRequest
 from agentruns.testing import PostgresTestServer
 from bench.population import populate
@@ -193,13 +193,13 @@ async def test_a_group_of_step_boundaries_looks_each_run_up_by_key(postgres_url:
             "SELECT id, workspace, epoch FROM agent_claim(NULL, interval '10 minutes', 'w', 300)"
         ).fetchall()
         assert len(leased) == 300
-        query, _ = compiled(statements.RENEW_AND_APPEND_MANY)
         writes = json.dumps([[str(i), ws, epoch, "step", {}] for i, ws, epoch in leased])
+        query, values = bound(statements.RENEW_AND_APPEND_MANY, {"now": None, "writes": writes})
         scans = "SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'agent_run'"
         with raw.transaction():
             raw.execute("SET LOCAL plan_cache_mode = force_generic_plan")
             before = raw.execute(scans).fetchone()
-            renewed = raw.execute(query, {"now": None, "writes": writes}).fetchall()
+            renewed = raw.execute(query, values).fetchall()
             after = raw.execute(scans).fetchone()
     assert len(renewed) == 300
     assert before == after, (before, after)

@@ -175,16 +175,22 @@ def compiled(statement: TextClause) -> tuple[str, _Processors]:
     return found
 
 
-async def _run(
-    tx: Transaction, statement: TextClause, params: Mapping[str, Any]
-) -> psycopg.AsyncCursor[dict[str, Any]]:
-    if not isinstance(tx, PostgresTransaction):
-        raise TypeError("a PostgreSQL store was handed a transaction of another adapter family")
+def bound(statement: TextClause, params: Mapping[str, Any]) -> tuple[str, dict[str, Any]]:
+    """``statement`` and ``params`` exactly as the adapter sends them to psycopg."""
     query, processors = compiled(statement)
     values = dict(params)
     for name, processor in processors:
         if name in values:
             values[name] = processor(values[name])
+    return query, values
+
+
+async def _run(
+    tx: Transaction, statement: TextClause, params: Mapping[str, Any]
+) -> psycopg.AsyncCursor[dict[str, Any]]:
+    if not isinstance(tx, PostgresTransaction):
+        raise TypeError("a PostgreSQL store was handed a transaction of another adapter family")
+    query, values = bound(statement, params)
     cursor = (await tx.driver()).cursor(row_factory=dict_row)
     await cursor.execute(query, values, prepare=True)
     return cursor
