@@ -49,19 +49,26 @@ async def settle(client: agentruns.AgentRunsClient) -> None:
     raise AssertionError("the runs did not drain")
 
 
-def text(browser: webdriver.Chrome, selector: str) -> str:
-    """An element's text, read in one script call.
+def shown(browser: webdriver.Chrome, selector: str) -> str | None:
+    """An element's text, read in one script call, or None while no element matches.
 
     The overview swaps its fragments in place while it polls, so a handle found by one
     call can be gone by the next; a single script reads the element that is there now.
+    A wait reads through this: while a submitted form's answer is loading, the page the
+    browser shows is neither the old one nor the new one yet.
     """
     found = browser.execute_script(
         "const e = document.querySelector(arguments[0]); return e ? e.innerText.trim() : null;",
         selector,
     )
+    return None if found is None else str(found)
+
+
+def text(browser: webdriver.Chrome, selector: str) -> str:
+    found = shown(browser, selector)
     if found is None:
         raise AssertionError(f"no element matches {selector}")
-    return str(found)
+    return found
 
 
 def shot(browser: webdriver.Chrome, artifacts: Path, name: str) -> None:
@@ -155,10 +162,10 @@ async def test_cancelling_a_leased_run_from_the_page_fences_its_holder_out(
     assert "leased" in text(browser, "#run-state")
     assert browser.find_element(By.ID, "lease-countdown")
     browser.find_element(By.ID, "cancel-run").click()
-    assert held.holder in text(browser, "#confirm-form")
+    assert held.holder in wait_for(lambda: shown(browser, "#confirm-form"))
     shot(browser, artifacts, "confirm")
     browser.find_element(By.ID, "confirm").click()
-    wait_for(lambda: "cancelled" in text(browser, "#run-state"))
+    wait_for(lambda: "cancelled" in (shown(browser, "#run-state") or ""))
     assert "holder's next renewal is refused" in text(browser, "#notice")
     cancelled = await client.runs.get(run.id)
     assert cancelled.end_reason is TerminationReason.CANCELLED
@@ -194,12 +201,11 @@ async def test_retrying_a_dead_letter_from_the_page_creates_its_continuation(
 
     browser.get(f"{stack.url}/runs?reason=not_retryable&workspace=globex")
     browser.find_element(By.CSS_SELECTOR, f'tr[data-run="{run.id}"] a').click()
-    assert "the API key was revoked" in text(browser, "#failures")
+    assert "the API key was revoked" in wait_for(lambda: shown(browser, "#failures"))
     browser.find_element(By.ID, "retry-run").click()
+    wait_for(lambda: shown(browser, "#confirm-form"))
     browser.find_element(By.ID, "confirm").click()
-    wait_for(
-        lambda: "continues" in browser.page_source and str(run.id) in text(browser, "#continues")
-    )
+    wait_for(lambda: str(run.id) in (shown(browser, "#continues") or ""))
     later = await client.runs.continued_by(run.id)
     assert later is not None
     assert later.continues == run.id
