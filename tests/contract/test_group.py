@@ -115,6 +115,29 @@ async def test_a_group_of_ends_settles_the_held_and_refuses_each_lost_fence_alon
     assert (await runs.get(taken.id)).epoch == taken.epoch
 
 
+async def test_ends_without_their_runs_answer_none_and_still_refuse_each_lost_fence(
+    runs: AgentRuns,
+) -> None:
+    """The worker's group asks for no ended run back: a held end answers None and its run is
+    ended; a stale fence is still refused with its own error, and its run does not move."""
+    stale, taken = await _stale(runs)
+    held = await _leased(runs, 2)
+    results = await runs.settle_group(
+        [
+            EndWrite(held[0].fence, TerminationReason.COMPLETED),
+            EndWrite(stale, TerminationReason.COMPLETED),
+            StepWrite(held[1].fence, "step", {"n": 1}),
+        ],
+        ended_runs=False,
+    )
+    assert results[0] is None
+    assert isinstance(results[1], StaleEpoch)
+    assert isinstance(results[2], RunEvent)
+    ended = await runs.get(held[0].id)
+    assert (ended.state, ended.end_reason) == (AgentRunState.ENDED, TerminationReason.COMPLETED)
+    assert (await runs.get(taken.id)).state is AgentRunState.LEASED
+
+
 async def test_a_group_mixes_steps_and_ends_and_answers_each_in_order(runs: AgentRuns) -> None:
     """Results come back in the order of the writes, whatever their kind; a bad event is
     refused before anything is written for it."""
@@ -155,7 +178,8 @@ async def test_the_settler_gives_each_concurrent_writer_its_own_answer(runs: Age
     async def two_steps_then_end(run: AgentRun) -> AgentRun:
         await settler.step_boundary(run.fence, "step", {"n": 1})
         await settler.step_boundary(run.fence, "step", {"n": 2})
-        return await settler.end(run.fence, TerminationReason.COMPLETED)
+        await settler.end(run.fence, TerminationReason.COMPLETED)
+        return await runs.get(run.id)
 
     *ended, refused = await asyncio.gather(
         *(two_steps_then_end(run) for run in held),

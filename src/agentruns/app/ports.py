@@ -213,12 +213,13 @@ class RunStore(Protocol):
         ...
 
     async def end_many(
-        self, tx: Transaction, ends: Sequence[EndWrite]
-    ) -> list[AgentRun | AgentRunsError]:
+        self, tx: Transaction, ends: Sequence[EndWrite], *, ended_runs: bool = True
+    ) -> list[AgentRun | AgentRunsError | None]:
         """End each run under its own fence, set-based; one result per write, in order: the
-        ended run, or what :meth:`end` would have raised for it (its fence failed, nothing
-        written for it). A failed fence neither blocks nor rolls back the others. The writes
-        name distinct runs: :meth:`AgentRuns.settle_group` checks that, once, for both."""
+        ended run (``None`` without ``ended_runs``: the end held, nothing read back), or what
+        :meth:`end` would have raised for it (its fence failed, nothing written for it). A
+        failed fence neither blocks nor rolls back the others. The writes name distinct runs:
+        :meth:`AgentRuns.settle_group` checks that, once, for both."""
         ...
 
     async def requeue(

@@ -284,19 +284,20 @@ class AgentRuns:
             )
 
     async def settle_group(
-        self, writes: Sequence[StepWrite | EndWrite]
-    ) -> list[RunEvent | AgentRun | AgentRunsError]:
+        self, writes: Sequence[StepWrite | EndWrite], *, ended_runs: bool = True
+    ) -> list[RunEvent | AgentRun | AgentRunsError | None]:
         """Step boundaries and ends of several held runs, set-based and committed together, each
         under its own fence; one result per write, in order: what :meth:`step_boundary` or
         :meth:`end` would have returned, or the error it would have raised (a failed fence
-        writes nothing for its run and neither blocks nor rolls back the others).
+        writes nothing for its run and neither blocks nor rolls back the others). Without
+        ``ended_runs``, an end that held answers ``None``: its run is not read back.
 
         Only for kinds without a domain row: an end here calls no handler hook. The writes
         name distinct runs."""
         named = [write.fence.run_id for write in writes]
         if len(set(named)) != len(named):
             raise InvalidRequest("a group of writes names one run twice")
-        results: dict[int, RunEvent | AgentRun | AgentRunsError] = {}
+        results: dict[int, RunEvent | AgentRun | AgentRunsError | None] = {}
         steps: list[tuple[int, StepWrite]] = []
         ends: list[tuple[int, EndWrite]] = []
         for index, write in enumerate(writes):
@@ -324,7 +325,9 @@ class AgentRuns:
                 )
                 results.update(zip((index for index, _ in steps), stepped, strict=True))
             if ends:
-                ended = await self._stores.runs.end_many(inner, [write for _, write in ends])
+                ended = await self._stores.runs.end_many(
+                    inner, [write for _, write in ends], ended_runs=ended_runs
+                )
                 results.update(zip((index for index, _ in ends), ended, strict=True))
         return [results[index] for index in range(len(writes))]
 

@@ -32,7 +32,7 @@ from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.termination import TerminationReason
 
 _Write = StepWrite | EndWrite
-_Result = RunEvent | AgentRun | AgentRunsError
+_Result = RunEvent | AgentRunsError | None
 
 
 class GroupSettler:
@@ -72,14 +72,15 @@ class GroupSettler:
             return result
         raise _unexpected(result)
 
-    async def end(self, fence: AgentRunFence, reason: TerminationReason) -> AgentRun:
-        """As :meth:`AgentRuns.end` for a kind without a domain row, written with the group."""
+    async def end(self, fence: AgentRunFence, reason: TerminationReason) -> None:
+        """As :meth:`AgentRuns.end` for a kind without a domain row, written with the group;
+        it returns once the end is committed, and raises what a lone end would. The ended run
+        is not read back: its holder has it, and nothing of it changes but the end."""
         result = await self._submit(EndWrite(fence, reason))
-        if isinstance(result, AgentRun):
-            return result
-        raise _unexpected(result)
+        if result is not None:
+            raise _unexpected(result)
 
-    async def _submit(self, write: _Write) -> RunEvent | AgentRun:
+    async def _submit(self, write: _Write) -> RunEvent | None:
         answer: asyncio.Future[_Result] = asyncio.get_running_loop().create_future()
         self._pending.append((write, answer))
         if len(self._writers) < self._max_writers:
@@ -135,7 +136,9 @@ class GroupSettler:
     async def _write(self, group: Sequence[tuple[_Write, asyncio.Future[_Result]]]) -> None:
         writes = [write for write, _ in group]
         try:
-            results: Sequence[_Result | Exception] = await self._runs.settle_group(writes)
+            results: Sequence[_Result | AgentRun | Exception] = await self._runs.settle_group(
+                writes, ended_runs=False
+            )
         except Exception:  # the group failed as a whole: each write alone, its own answer
             results = [await self._alone(write) for write in writes]
         for (_, answer), result in zip(group, results, strict=True):
@@ -143,6 +146,8 @@ class GroupSettler:
                 continue
             if isinstance(result, Exception) and not isinstance(result, AgentRunsError):
                 answer.set_exception(result)
+            elif isinstance(result, AgentRun):  # not asked for: ends answer None
+                answer.set_exception(_unexpected(result))
             else:
                 answer.set_result(result)
 
@@ -150,7 +155,8 @@ class GroupSettler:
         try:
             if isinstance(write, StepWrite):
                 return await self._runs.step_boundary(write.fence, write.type, write.data)
-            return await self._runs.end(write.fence, write.reason)
+            await self._runs.end(write.fence, write.reason)
+            return None
         except Exception as failed:  # the write's own answer, whatever it is
             return failed
 

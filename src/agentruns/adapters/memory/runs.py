@@ -154,14 +154,16 @@ class MemoryRunStore(RunStore):
         return self._write(tx, run.apply(change))
 
     async def end_many(
-        self, tx: Transaction, ends: Sequence[EndWrite]
-    ) -> list[AgentRun | AgentRunsError]:
-        results: list[AgentRun | AgentRunsError] = []
+        self, tx: Transaction, ends: Sequence[EndWrite], *, ended_runs: bool = True
+    ) -> list[AgentRun | AgentRunsError | None]:
+        results: list[AgentRun | AgentRunsError | None] = []
         for write in ends:
             try:
-                results.append(await self.end(tx, write.fence.run_id, write.reason, write.fence))
+                ended = await self.end(tx, write.fence.run_id, write.reason, write.fence)
             except (LeaseLost, RunNotFound) as refused:  # the domain refused before writing
                 results.append(refused)
+            else:
+                results.append(ended if ended_runs else None)
         return results
 
     async def requeue(

@@ -286,17 +286,21 @@ class PostgresRunStore(RunStore):
             raise IllegalTransition(current.state, AgentRunState.ENDED, f"run {run_id} has ended")
         return run
 
-    async def end_many(self, tx: Tx, ends: Sequence[EndWrite]) -> list[AgentRun | AgentRunsError]:
+    async def end_many(
+        self, tx: Tx, ends: Sequence[EndWrite], *, ended_runs: bool = True
+    ) -> list[AgentRun | AgentRunsError | None]:
         if not ends:
             return []
         fences = [write.fence for write in ends]
         writes = _group_writes([(w.fence, (w.reason.value,)) for w in ends])
-        rows = await fetch(tx, sql.END_MANY, {**self._params(), "writes": writes})
-        results: list[AgentRun | AgentRunsError] = []
+        statement = sql.END_MANY if ended_runs else sql.END_MANY_QUIET
+        rows = await fetch(tx, statement, {**self._params(), "writes": writes})
+        results: list[AgentRun | AgentRunsError | None] = []
         for fence, row in zip(fences, rows, strict=True):
-            results.append(
-                run_from_row(row) if row["id"] is not None else await self.why(tx, fence)
-            )
+            if row["id"] is None:
+                results.append(await self.why(tx, fence))
+            else:
+                results.append(run_from_row(row) if ended_runs else None)
         return results
 
     async def why(self, tx: Tx, fence: AgentRunFence) -> AgentRunsError:
