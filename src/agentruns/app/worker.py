@@ -110,11 +110,13 @@ class Worker:
                 extra={**_context(run), "attempt": run.attempt, "holder": self.holder},
             )
         failure: FailureDetail | None = None
+        # The process's group for this event loop, looked up once per run, not per write.
+        settler = GroupSettler.shared(self._runs) if self._group_commit else None
         try:
-            await self._steps(run, kind, trace)
+            await self._steps(run, kind, trace, settler)
             span = trace.end()
             try:
-                await self._end(run, TerminationReason.COMPLETED)
+                await self._end(run, TerminationReason.COMPLETED, settler)
             finally:
                 span.end()
             self._metrics.ended(run.kind, TerminationReason.COMPLETED)
@@ -141,7 +143,9 @@ class Worker:
         self.stats.count(outcome)
         return outcome
 
-    async def _steps(self, run: AgentRun, kind: RunKind, trace: RunTrace) -> None:
+    async def _steps(
+        self, run: AgentRun, kind: RunKind, trace: RunTrace, settler: GroupSettler | None
+    ) -> None:
         """Each step's work, then its boundary (renew, then persist its event), each timed and
         spanned. A step's own error ends its span marked with the failure and goes on up."""
         fence = run.fence
@@ -162,10 +166,8 @@ class Worker:
                 span.end(self._describe(run, kind, error))
                 raise
             try:
-                if self._group_commit:
-                    await GroupSettler.shared(self._runs).step_boundary(
-                        fence, event.type, event.data
-                    )
+                if settler is not None:
+                    await settler.step_boundary(fence, event.type, event.data)
                 else:
                     await self._runs.step_boundary(fence, event.type, event.data)
             finally:
@@ -224,11 +226,13 @@ class Worker:
         finally:
             span.end()
 
-    async def _end(self, run: AgentRun, reason: TerminationReason) -> None:
+    async def _end(
+        self, run: AgentRun, reason: TerminationReason, settler: GroupSettler | None
+    ) -> None:
         """End the run with the group, unless its kind has a domain row: then alone, so its
         handler locks that row first and moves it in the same transaction."""
-        if self._group_commit and not self._kinds.get(run.kind).handler.has_domain_row:
-            await GroupSettler.shared(self._runs).end(run.fence, reason)
+        if settler is not None and not self._kinds.get(run.kind).handler.has_domain_row:
+            await settler.end(run.fence, reason)
         else:
             await self._runs.end(run.fence, reason)
 
