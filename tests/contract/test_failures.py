@@ -31,7 +31,7 @@ from agentruns.domain.errors import (
     StaleEpoch,
     UnknownKind,
 )
-from agentruns.domain.failure_records import FailureDetail
+from agentruns.domain.failure_records import FailureDetail, LastFailure
 from agentruns.domain.failures import ConfigurationError, FailureClass
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
@@ -310,3 +310,54 @@ async def test_the_trace_context_is_kept_with_the_run(backend: Backend, runs: Ag
     assert (await runs.get(untraced.id)).trace_context is None
     [claimed] = await runs.claim("w")
     assert claimed.trace_context == carrier
+
+
+@pytest.mark.parametrize("path", ["claim", "kinds", "subject"])
+async def test_a_claimed_run_is_the_run_as_stored_whatever_the_claim_path(
+    runs: AgentRuns, path: str
+) -> None:
+    """Every field of a claimed run, its payload and its last failure too, is what a read of
+    the run gives, whichever claim statement leased it."""
+    run = await runs.enqueue(
+        "chat", workspace="acme", subject="c", payload={"doc": "d-1", "n": [1, 2]}, band=Band.BATCH
+    )
+    [first] = await runs.claim("w")
+    await runs.requeue(
+        first.fence,
+        charged=True,
+        delay=timedelta(0),
+        failure=NewFailure(run.id, first.epoch, _detail()),
+    )
+    match path:
+        case "claim":
+            [claimed] = await runs.claim("w2")
+        case "kinds":
+            [claimed] = await runs.claim("w2", kinds=["chat"])
+        case _:
+            found = await runs.claim_subject("w2", "acme", "c", kinds=["chat"])
+            assert found is not None
+            claimed = found
+    assert (claimed.id, claimed.kind, claimed.workspace, claimed.subject, claimed.band) == (
+        run.id,
+        "chat",
+        "acme",
+        "c",
+        Band.BATCH,
+    )
+    assert (claimed.state, claimed.epoch, claimed.attempt, claimed.holder) == (
+        AgentRunState.LEASED,
+        2,
+        1,
+        "w2",
+    )
+    assert claimed.payload == {"doc": "d-1", "n": [1, 2]}
+    assert claimed.last_failure == LastFailure("RuntimeError", "boom", FailureClass.UNKNOWN)
+    assert (claimed.seq, claimed.enqueued_at, claimed.lease) == (
+        run.seq,
+        run.enqueued_at,
+        run.lease,
+    )
+    assert claimed.leased_until is not None
+    assert claimed.ended_at is None
+    stored = await runs.get(run.id)
+    assert replace(claimed, claimed_at=stored.claimed_at) == stored
