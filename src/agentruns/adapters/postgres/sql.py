@@ -479,37 +479,27 @@ _GROUP_FENCE = (
     "AND r.leased_until > clock.now"
 )
 
-_END_MANY = """
-WITH clock AS (SELECT {now} AS now),
-w AS ({group}),
+
+def _end_many(returning: str) -> TextClause:
+    """The ends of a group, each under its fence, answering ``returning`` of each ended run."""
+    return statement(f"""
+WITH clock AS (SELECT {NOW} AS now),
+w AS ({_GROUP.format(extra=", e.v ->> 3 AS reason")}),
 ended AS (
     UPDATE agent_run r SET state = 'ended', head = false, leased_until = NULL,
                            end_reason = w.reason, ended_at = clock.now
-    FROM w, clock WHERE {fence}
+    FROM w, clock WHERE {_GROUP_FENCE}
     RETURNING {returning}
 )
 SELECT w.ord, ended.* FROM w LEFT JOIN ended ON ended.id = w.id ORDER BY w.ord
-"""
+""")
 
-END_MANY = statement(
-    _END_MANY.format(
-        now=NOW,
-        group=_GROUP.format(extra=", e.v ->> 3 AS reason"),
-        fence=_GROUP_FENCE,
-        returning=_R_COLUMNS,
-    )
-)
+
+END_MANY = _end_many(_R_COLUMNS)
 
 # The same ends, answering only which were written: a holder that only needs to know its end
 # held (the worker) does not pay for reading each ended run back and mapping it.
-END_MANY_QUIET = statement(
-    _END_MANY.format(
-        now=NOW,
-        group=_GROUP.format(extra=", e.v ->> 3 AS reason"),
-        fence=_GROUP_FENCE,
-        returning="r.id",
-    )
-)
+END_MANY_QUIET = _end_many("r.id")
 
 # The step boundaries of a group: as RENEW_AND_APPEND, row by row. Each event is what its write
 # said, at the run's next sequence number and the renewal's time: only those come back.
