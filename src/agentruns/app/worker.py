@@ -116,7 +116,7 @@ class Worker:
             await self._steps(run, kind, trace, settler)
             span = trace.end()
             try:
-                await self._end(run, TerminationReason.COMPLETED, settler)
+                await self._end(run, kind, TerminationReason.COMPLETED, settler)
             finally:
                 span.end()
             self._metrics.ended(run.kind, TerminationReason.COMPLETED)
@@ -227,11 +227,15 @@ class Worker:
             span.end()
 
     async def _end(
-        self, run: AgentRun, reason: TerminationReason, settler: GroupSettler | None
+        self,
+        run: AgentRun,
+        kind: RunKind,
+        reason: TerminationReason,
+        settler: GroupSettler | None,
     ) -> None:
         """End the run with the group, unless its kind has a domain row: then alone, so its
         handler locks that row first and moves it in the same transaction."""
-        if settler is not None and not self._kinds.get(run.kind).handler.has_domain_row:
+        if settler is not None and not kind.handler.has_domain_row:
             await settler.end(run.fence, reason)
         else:
             await self._runs.end(run.fence, reason)
