@@ -82,27 +82,18 @@ def variants(jobs: int) -> dict[str, tuple[Callable[[str], Awaitable[None]], Dra
     def loop(url: str) -> Awaitable[tuple[int, float]]:
         return agentruns_runner.drain_worker_loop(url, concurrency=1024)
 
+    def spinning(url: str) -> Awaitable[tuple[int, float]]:
+        return agentruns_runner.drain_worker_loop(url, concurrency=1024, step=spinning_step)
+
     def queue(*, per_subject: int, console: bool) -> Callable[[str], Awaitable[None]]:
         async def prepare(url: str) -> None:
-            agentruns_runner.RUNS_PER_SUBJECT = per_subject
-            try:
-                await agentruns_runner.prepare(url, jobs)
-            finally:
-                agentruns_runner.RUNS_PER_SUBJECT = 4
+            await agentruns_runner.prepare(url, jobs, runs_per_subject=per_subject)
             if not console:
                 async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
                     for index in CONSOLE_INDEXES:
                         await conn.execute(f"DROP INDEX {index}")
 
         return prepare
-
-    async def spinning(url: str) -> tuple[int, float]:
-        step = agentruns_runner.one_step
-        agentruns_runner.one_step = spinning_step  # kinds() reads it when the drain starts
-        try:
-            return await loop(url)
-        finally:
-            agentruns_runner.one_step = step
 
     async def raw_prepare(url: str) -> None:
         await raw.prepare(url, jobs)
@@ -112,11 +103,20 @@ def variants(jobs: int) -> dict[str, tuple[Callable[[str], Awaitable[None]], Dra
             raw_prepare,
             lambda url: raw.drain(url, connections=8, batch=10),
         ),
-        "worker loop, as benched": (queue(per_subject=4, console=True), loop),
+        "worker loop, as benched": (
+            queue(per_subject=agentruns_runner.RUNS_PER_SUBJECT, console=True),
+            loop,
+        ),
         "no promotions": (queue(per_subject=1, console=True), loop),
-        "no console indexes": (queue(per_subject=4, console=False), loop),
+        "no console indexes": (
+            queue(per_subject=agentruns_runner.RUNS_PER_SUBJECT, console=False),
+            loop,
+        ),
         "both": (queue(per_subject=1, console=False), loop),
-        "+50 us client CPU per run": (queue(per_subject=4, console=True), spinning),
+        "+50 us client CPU per run": (
+            queue(per_subject=agentruns_runner.RUNS_PER_SUBJECT, console=True),
+            spinning,
+        ),
     }
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import timedelta
 
 import psycopg
@@ -63,19 +63,27 @@ async def no_step(run: AgentRun) -> AsyncIterator[StepEvent]:
     yield  # pragma: no cover - makes this an async generator
 
 
-def kinds() -> RunKinds:
+def kinds(step: Callable[[AgentRun], AsyncIterator[StepEvent]] = one_step) -> RunKinds:
+    """The bench's kinds; ``step`` is what the one-step kind runs (a profile may weigh it)."""
     lease = timedelta(seconds=30)
     return RunKinds(
         [
-            RunKind(RunKindPolicy(name=KIND, lease=lease), one_step),
+            RunKind(RunKindPolicy(name=KIND, lease=lease), step),
             RunKind(RunKindPolicy(name=NO_STEP_KIND, lease=lease), no_step),
         ]
     )
 
 
-async def prepare(url: str, jobs: int, *, workspaces: int = WORKSPACES, steps: int = 1) -> None:
+async def prepare(
+    url: str,
+    jobs: int,
+    *,
+    workspaces: int = WORKSPACES,
+    steps: int = 1,
+    runs_per_subject: int = RUNS_PER_SUBJECT,
+) -> None:
     await asyncio.to_thread(migrate, url)
-    subjects = max(1, jobs // RUNS_PER_SUBJECT)
+    subjects = max(1, jobs // runs_per_subject)
     kind = KIND if steps else NO_STEP_KIND
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
         for first in range(1, jobs + 1, CHUNK):
@@ -129,11 +137,16 @@ async def drain(url: str, *, claimers: int, batch: int, shared: bool = False) ->
     return completed, elapsed
 
 
-async def drain_worker_loop(url: str, *, concurrency: int) -> tuple[int, float]:
+async def drain_worker_loop(
+    url: str,
+    *,
+    concurrency: int,
+    step: Callable[[AgentRun], AsyncIterator[StepEvent]] = one_step,
+) -> tuple[int, float]:
     """One ``Worker.run`` loop with ``concurrency`` slots: it claims as many runs as it has free
     slots in one statement (batch claims) and drives them as tasks. Timed until every run has
     completed."""
-    registry = kinds()
+    registry = kinds(step)
     stores = make_postgres_stores(url, None, pool_size=concurrency + 2)
     rng = random.Random(0)
     runs = AgentRuns(stores, registry, rng)
