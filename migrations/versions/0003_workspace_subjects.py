@@ -16,10 +16,6 @@ leased run or a live sandbox on the same subject string at that moment.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
-
 from alembic import op
 
 revision = "0003_workspace_subjects"
@@ -176,15 +172,70 @@ UPDATE agent_subject s SET head_run = h.id, head_workspace = h.workspace, head_k
 """
 
 
-def _first_revision() -> ModuleType:
-    """0001's module, whose bookkeeping function a downgrade restores."""
-    path = Path(__file__).with_name("0001_runs.py")
-    spec = importlib.util.spec_from_file_location("agentruns_migration_0001", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+# 0001's bookkeeping function, whose subjects are global: its trigger is still there.
+GLOBAL_BOOKKEEPING = """
+CREATE OR REPLACE FUNCTION agent_run_bookkeeping() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    run agent_run%ROWTYPE;
+    head record;
+    head_id uuid := NULL;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        run := OLD;
+        IF OLD.state = 'ended' THEN
+            RETURN NULL;
+        END IF;
+    ELSE
+        run := NEW;
+    END IF;
+    IF TG_OP = 'UPDATE' AND OLD.state = NEW.state AND NEW.state <> 'queued' THEN
+        RETURN NULL;  -- a renewal moves no head
+    END IF;
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO agent_workspace (id) VALUES (NEW.workspace) ON CONFLICT DO NOTHING;
+    END IF;
+    PERFORM 1 FROM agent_subject WHERE subject = run.subject FOR UPDATE;
+    IF NOT FOUND THEN  -- the subject's first run
+        INSERT INTO agent_subject (subject) VALUES (run.subject) ON CONFLICT DO NOTHING;
+        PERFORM 1 FROM agent_subject WHERE subject = run.subject FOR UPDATE;
+    END IF;
+    IF TG_OP = 'UPDATE' AND NEW.state = 'leased' THEN
+        -- A claim: the subject now has a leased run, so it offers no head; nothing to look up.
+        UPDATE agent_subject SET head_run = NULL, head_workspace = NULL, head_kind = NULL,
+                head_band = NULL, head_due_at = NULL, head_seq = NULL
+            WHERE subject = run.subject AND head_run IS NOT NULL;
+        RETURN NULL;
+    END IF;
+    IF NOT EXISTS (
+            SELECT 1 FROM agent_run r WHERE r.subject = run.subject AND r.state = 'leased') THEN
+        SELECT r.id, r.workspace, r.kind, r.band, r.due_at, r.seq INTO head
+            FROM agent_run r WHERE r.subject = run.subject AND r.state = 'queued'
+            ORDER BY r.seq LIMIT 1;
+        IF FOUND THEN
+            head_id := head.id;
+        END IF;
+    END IF;
+    IF head_id IS NULL THEN
+        UPDATE agent_subject SET head_run = NULL, head_workspace = NULL, head_kind = NULL,
+                head_band = NULL, head_due_at = NULL, head_seq = NULL
+            WHERE subject = run.subject AND head_run IS NOT NULL;
+    ELSE
+        UPDATE agent_subject SET head_run = head.id, head_workspace = head.workspace,
+                head_kind = head.kind, head_band = head.band, head_due_at = head.due_at,
+                head_seq = head.seq
+            WHERE subject = run.subject
+                AND (head_run IS DISTINCT FROM head.id OR head_due_at IS DISTINCT FROM head.due_at
+                    OR head_band IS DISTINCT FROM head.band);
+    END IF;
+    IF TG_OP <> 'DELETE' AND NEW.state = 'queued'
+            AND (TG_OP = 'INSERT' OR OLD.state <> 'queued') THEN
+        PERFORM pg_notify('agent_run', NEW.workspace);
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+"""
 
 
 def upgrade() -> None:
@@ -194,7 +245,4 @@ def upgrade() -> None:
 
 def downgrade() -> None:
     op.execute(DOWN)
-    first = _first_revision().BOOKKEEPING
-    # 0001 creates the function and its trigger; the trigger is still there.
-    function = first.split("CREATE TRIGGER", 1)[0]
-    op.execute(function.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1))
+    op.execute(GLOBAL_BOOKKEEPING)

@@ -31,10 +31,6 @@ must satisfy them (the adapter never wrote otherwise); adding them reads the tab
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
-
 from alembic import op
 
 revision = "0004_fence_guards"
@@ -42,25 +38,13 @@ down_revision = "0006_failure_records"
 branch_labels = None
 depends_on = None
 
-REASONS = (
-    "completed",
-    "cancelled",
-    "failed",
-    "retries_exhausted",
-    "not_retryable",
-    "deadline_exceeded",
-    "continued",
-)
-
-_REASONS = ", ".join(f"'{reason}'" for reason in REASONS)
-
 # 0001's guard, grown by the fence and the rules about one row. A CHECK constraint would be the
 # natural home of a rule about one row, but the executor prepares every CHECK expression of the
 # table again for each statement (ADRs/0016 has the measurement: the five rules below cost about
 # 55 us per renewal as constraints, against about 12 us here), while PL/pgSQL keeps its
 # expressions prepared for the session. So one expression accepts a legal write, the path every
 # write of the adapter takes; the rules are told apart, in order, only for a write it refuses.
-GUARD = f"""
+GUARD = """
 CREATE OR REPLACE FUNCTION guard_agent_run() RETURNS trigger LANGUAGE plpgsql AS $$
 DECLARE
     legal boolean;
@@ -97,7 +81,7 @@ BEGIN
             WHEN 'queued' THEN NEW.leased_until IS NULL AND NEW.holder IS NULL
                 AND NEW.end_reason IS NULL AND NEW.ended_at IS NULL
             ELSE NEW.ended_at IS NOT NULL AND NEW.leased_until IS NULL
-                AND NEW.end_reason IN ({_REASONS}) END;
+                AND NEW.end_reason IN ('completed', 'cancelled', 'failed', 'retries_exhausted', 'not_retryable', 'deadline_exceeded', 'continued') END;
     IF legal THEN
         RETURN NEW;
     END IF;
@@ -128,7 +112,7 @@ BEGIN
             USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_attempt';
     END IF;
     IF NEW.state = 'ended' AND NEW.end_reason IS NOT NULL
-            AND NEW.end_reason NOT IN ({_REASONS}) THEN
+            AND NEW.end_reason NOT IN ('completed', 'cancelled', 'failed', 'retries_exhausted', 'not_retryable', 'deadline_exceeded', 'continued') THEN
         RAISE EXCEPTION 'agent_run %: % is no reason to end a run', OLD.id, NEW.end_reason
             USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_reason';
     END IF;
@@ -301,21 +285,70 @@ ALTER TABLE agent_sandbox
 """
 
 
-def _revision(file_name: str) -> ModuleType:
-    """An earlier revision's module, whose functions a downgrade restores."""
-    path = Path(__file__).with_name(file_name)
-    spec = importlib.util.spec_from_file_location(f"agentruns_migration_{path.stem}", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+# 0001's guard and 0002's sandbox guard, which a downgrade restores.
+FIRST_GUARD = """
+CREATE OR REPLACE FUNCTION guard_agent_run() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        IF NEW.state <> 'queued' THEN
+            RAISE EXCEPTION 'agent_run %: a run is inserted queued, not %', NEW.id, NEW.state
+                USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run';
+        END IF;
+        RETURN NEW;
+    END IF;
+    IF NEW.id IS DISTINCT FROM OLD.id OR NEW.kind IS DISTINCT FROM OLD.kind
+            OR NEW.workspace IS DISTINCT FROM OLD.workspace
+            OR NEW.subject IS DISTINCT FROM OLD.subject THEN
+        RAISE EXCEPTION 'agent_run %: a run never changes its identity', OLD.id
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run';
+    END IF;
+    IF NOT ((OLD.state = 'queued' AND NEW.state IN ('leased', 'ended'))
+            OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended'))) THEN
+        RAISE EXCEPTION 'agent_run %: illegal transition % -> %', OLD.id, OLD.state, NEW.state
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run';
+    END IF;
+    IF NEW.epoch < OLD.epoch THEN
+        RAISE EXCEPTION 'agent_run %: the epoch never goes back (% -> %)',
+            OLD.id, OLD.epoch, NEW.epoch
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run';
+    END IF;
+    RETURN NEW;
+END
+$$;
 
+"""
 
-def _function(block: str, until: str) -> str:
-    """The CREATE FUNCTION of an earlier revision's block, as a replacement."""
-    function = block.split(until, 1)[0]
-    return function.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
+FIRST_SANDBOX_GUARD = """
+CREATE OR REPLACE FUNCTION guard_agent_sandbox() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        IF NEW.state <> 'requested' THEN
+            RAISE EXCEPTION 'agent_sandbox %: a sandbox is inserted requested, not %',
+                NEW.id, NEW.state
+                USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_sandbox';
+        END IF;
+        RETURN NEW;
+    END IF;
+    IF NEW.id IS DISTINCT FROM OLD.id OR NEW.kind IS DISTINCT FROM OLD.kind
+            OR NEW.workspace IS DISTINCT FROM OLD.workspace
+            OR NEW.subject IS DISTINCT FROM OLD.subject
+            OR NEW.claim_name IS DISTINCT FROM OLD.claim_name
+            OR NEW.conversation IS DISTINCT FROM OLD.conversation
+            OR NEW.requested_at IS DISTINCT FROM OLD.requested_at
+            OR NEW.shutdown_at IS DISTINCT FROM OLD.shutdown_at THEN
+        RAISE EXCEPTION 'agent_sandbox %: a sandbox never changes its identity', OLD.id
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_sandbox';
+    END IF;
+    IF NOT ((OLD.state = 'requested' AND NEW.state IN ('requested', 'ready', 'deleting'))
+            OR (OLD.state = 'ready' AND NEW.state IN ('ready', 'deleting'))) THEN
+        RAISE EXCEPTION 'agent_sandbox %: illegal transition % -> %', OLD.id, OLD.state, NEW.state
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_sandbox';
+    END IF;
+    RETURN NEW;
+END
+$$;
+
+"""
 
 
 def upgrade() -> None:
@@ -324,7 +357,5 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    op.execute(DOWN)
-    first = _revision("0001_runs.py")
-    op.execute(_function(first.GUARD, "CREATE TRIGGER"))
-    op.execute(_function(_revision("0002_sandboxes.py").GUARD, "CREATE TRIGGER"))
+    for block in (DOWN, FIRST_GUARD, FIRST_SANDBOX_GUARD):
+        op.execute(block)

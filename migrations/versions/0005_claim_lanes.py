@@ -25,10 +25,6 @@ update; the reaper finds expired leases through ``ix_agent_run_leased``.
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
-
 from alembic import op
 
 revision = "0005_claim_lanes"
@@ -110,28 +106,16 @@ INSERT INTO agent_workspace_delta (workspace, bands) SELECT id, 7 FROM agent_wor
 # The lanes made exact: each pending delta is applied to a lane this claimer can lock (SKIP
 # LOCKED: a lane another claimer is folding is left to it), and the first offered head of each
 # band a delta names is looked up again (one index probe per band).
-def _head(band: int) -> str:
-    return f"""
-    LEFT JOIN LATERAL (
-        SELECT h.due_at, h.seq FROM agent_run h
-        WHERE s.bands & {1 << band} <> 0 AND h.workspace = s.workspace AND h.band = {band}
-          AND h.state = 'queued' AND h.head
-        ORDER BY h.due_at, h.seq LIMIT 1) b{band} ON true"""
-
-
-def _set_head(band: int) -> str:
-    moved = f"s.bands & {1 << band} <> 0"
-    return f"""
-        h{band}_due = CASE WHEN {moved} THEN b{band}.due_at ELSE w.h{band}_due END,
-        h{band}_seq = CASE WHEN {moved} THEN b{band}.seq ELSE w.h{band}_seq END"""
-
-
+#
 # ``locked`` is materialised: every lane is locked (or skipped) once, before any delta is taken,
 # so a fold never takes some of a lane's deltas (those seen after another folder let go) and not
 # the others. The new count adds the deltas to the count read under that lock (the lane's newest
 # version, which nobody else can change until this transaction ends), never to the version the
-# statement's snapshot saw: another folder may have committed a newer one in between.
-FOLD_STATEMENT = f"""
+# statement's snapshot saw: another folder may have committed a newer one in between. The claim
+# (below) runs the same statement inline.
+FOLD = """
+CREATE FUNCTION agent_lane_fold() RETURNS void LANGUAGE sql AS $$
+
     WITH locked AS MATERIALIZED (
         SELECT l.id, l.leased
         FROM (SELECT DISTINCT workspace FROM agent_workspace_delta) p
@@ -148,14 +132,31 @@ FOLD_STATEMENT = f"""
                sum(t.leased) AS k
         FROM taken t JOIN locked l ON l.id = t.workspace GROUP BY t.workspace, l.leased
     )
-    UPDATE agent_workspace w SET leased = s.leased,{_set_head(0)},{_set_head(1)},{_set_head(2)}
-    FROM summed s{_head(0)}{_head(1)}{_head(2)}
+    UPDATE agent_workspace w SET leased = s.leased,
+        h0_due = CASE WHEN s.bands & 1 <> 0 THEN b0.due_at ELSE w.h0_due END,
+        h0_seq = CASE WHEN s.bands & 1 <> 0 THEN b0.seq ELSE w.h0_seq END,
+        h1_due = CASE WHEN s.bands & 2 <> 0 THEN b1.due_at ELSE w.h1_due END,
+        h1_seq = CASE WHEN s.bands & 2 <> 0 THEN b1.seq ELSE w.h1_seq END,
+        h2_due = CASE WHEN s.bands & 4 <> 0 THEN b2.due_at ELSE w.h2_due END,
+        h2_seq = CASE WHEN s.bands & 4 <> 0 THEN b2.seq ELSE w.h2_seq END
+    FROM summed s
+    LEFT JOIN LATERAL (
+        SELECT h.due_at, h.seq FROM agent_run h
+        WHERE s.bands & 1 <> 0 AND h.workspace = s.workspace AND h.band = 0
+          AND h.state = 'queued' AND h.head
+        ORDER BY h.due_at, h.seq LIMIT 1) b0 ON true
+    LEFT JOIN LATERAL (
+        SELECT h.due_at, h.seq FROM agent_run h
+        WHERE s.bands & 2 <> 0 AND h.workspace = s.workspace AND h.band = 1
+          AND h.state = 'queued' AND h.head
+        ORDER BY h.due_at, h.seq LIMIT 1) b1 ON true
+    LEFT JOIN LATERAL (
+        SELECT h.due_at, h.seq FROM agent_run h
+        WHERE s.bands & 4 <> 0 AND h.workspace = s.workspace AND h.band = 2
+          AND h.state = 'queued' AND h.head
+        ORDER BY h.due_at, h.seq LIMIT 1) b2 ON true
     WHERE w.id = s.workspace AND w.id = ANY (ARRAY(SELECT workspace FROM summed))
-      AND (s.k <> 0 OR s.bands <> 0)"""
-
-FOLD = f"""
-CREATE FUNCTION agent_lane_fold() RETURNS void LANGUAGE sql AS $$
-{FOLD_STATEMENT}
+      AND (s.k <> 0 OR s.bands <> 0)
 $$;
 """
 
@@ -318,7 +319,48 @@ BEGIN
         RETURN;
     END IF;
     IF EXISTS (SELECT 1 FROM agent_workspace_delta) THEN
-{FOLD_STATEMENT};
+
+    WITH locked AS MATERIALIZED (
+        SELECT l.id, l.leased
+        FROM (SELECT DISTINCT workspace FROM agent_workspace_delta) p
+        CROSS JOIN LATERAL (
+            SELECT w.id, w.leased FROM agent_workspace w WHERE w.id = p.workspace
+            FOR NO KEY UPDATE SKIP LOCKED) l
+    ),
+    taken AS (
+        DELETE FROM agent_workspace_delta d USING locked l WHERE d.workspace = l.id
+        RETURNING d.workspace, d.leased, d.bands
+    ),
+    summed AS (
+        SELECT t.workspace, l.leased + sum(t.leased) AS leased, bit_or(t.bands) AS bands,
+               sum(t.leased) AS k
+        FROM taken t JOIN locked l ON l.id = t.workspace GROUP BY t.workspace, l.leased
+    )
+    UPDATE agent_workspace w SET leased = s.leased,
+        h0_due = CASE WHEN s.bands & 1 <> 0 THEN b0.due_at ELSE w.h0_due END,
+        h0_seq = CASE WHEN s.bands & 1 <> 0 THEN b0.seq ELSE w.h0_seq END,
+        h1_due = CASE WHEN s.bands & 2 <> 0 THEN b1.due_at ELSE w.h1_due END,
+        h1_seq = CASE WHEN s.bands & 2 <> 0 THEN b1.seq ELSE w.h1_seq END,
+        h2_due = CASE WHEN s.bands & 4 <> 0 THEN b2.due_at ELSE w.h2_due END,
+        h2_seq = CASE WHEN s.bands & 4 <> 0 THEN b2.seq ELSE w.h2_seq END
+    FROM summed s
+    LEFT JOIN LATERAL (
+        SELECT h.due_at, h.seq FROM agent_run h
+        WHERE s.bands & 1 <> 0 AND h.workspace = s.workspace AND h.band = 0
+          AND h.state = 'queued' AND h.head
+        ORDER BY h.due_at, h.seq LIMIT 1) b0 ON true
+    LEFT JOIN LATERAL (
+        SELECT h.due_at, h.seq FROM agent_run h
+        WHERE s.bands & 2 <> 0 AND h.workspace = s.workspace AND h.band = 1
+          AND h.state = 'queued' AND h.head
+        ORDER BY h.due_at, h.seq LIMIT 1) b1 ON true
+    LEFT JOIN LATERAL (
+        SELECT h.due_at, h.seq FROM agent_run h
+        WHERE s.bands & 4 <> 0 AND h.workspace = s.workspace AND h.band = 2
+          AND h.state = 'queued' AND h.head
+        ORDER BY h.due_at, h.seq LIMIT 1) b2 ON true
+    WHERE w.id = s.workspace AND w.id = ANY (ARRAY(SELECT workspace FROM summed))
+      AND (s.k <> 0 OR s.bands <> 0);
     END IF;
     LOOP
         scale := 1;
@@ -453,53 +495,129 @@ BEGIN
         ORDER BY x.ord;
 END
 $$;
-""".replace("{FOLD_STATEMENT}", FOLD_STATEMENT)
+"""
 
 
 # 0004's guard, plus the one same-state move a queued run makes: becoming its subject's head.
-def _guard() -> str:
-    fenced = _revision("0004_fence_guards.py").GUARD
-    legal = """        AND ((OLD.state = 'queued' AND NEW.state IN ('leased', 'ended'))
-             OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended')))"""
-    assert fenced.count(legal) == 1, "0004's guard changed: make the head move legal again"
-    fenced = fenced.replace(
-        legal,
-        """        AND ((OLD.state = 'queued' AND NEW.state IN ('leased', 'ended'))
+GUARD = """
+CREATE OR REPLACE FUNCTION guard_agent_run() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    legal boolean;
+    claim boolean;
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        IF NEW.state = 'queued' AND NEW.lease > interval '0' AND NEW.leased_until IS NULL
+                AND NEW.holder IS NULL AND NEW.end_reason IS NULL AND NEW.ended_at IS NULL THEN
+            RETURN NEW;
+        END IF;
+        IF NEW.state IS DISTINCT FROM 'queued' THEN
+            RAISE EXCEPTION 'agent_run %: a run is inserted queued, not %', NEW.id, NEW.state
+                USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run';
+        END IF;
+        IF NOT NEW.lease > interval '0' THEN
+            RAISE EXCEPTION 'agent_run %: a lease is longer than zero, not %', NEW.id, NEW.lease
+                USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_lease';
+        END IF;
+        RAISE EXCEPTION 'agent_run %: a queued run has no holder, lease or end', NEW.id
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_queued';
+    END IF;
+    legal := NEW.id = OLD.id AND NEW.kind = OLD.kind AND NEW.workspace = OLD.workspace
+        AND NEW.subject = OLD.subject
+        AND ((OLD.state = 'queued' AND NEW.state IN ('leased', 'ended'))
              OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NEW.head AND NOT OLD.head)
-             OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended')))""",
-    )
-    refused = """    IF NOT ((OLD.state = 'queued' AND NEW.state IN ('leased', 'ended'))
-            OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended'))) THEN"""
-    assert fenced.count(refused) == 1, "0004's guard changed: make the head move legal again"
-    return fenced.replace(
-        refused,
-        """    IF NOT ((OLD.state = 'queued' AND NEW.state IN ('leased', 'ended'))
+             OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended')))
+        AND NEW.epoch = OLD.epoch + (OLD.state = 'queued' AND NEW.state = 'leased')::integer
+        AND (NEW.holder IS NOT DISTINCT FROM OLD.holder OR NEW.state = 'queued'
+             OR (OLD.state = 'queued' AND NEW.state = 'leased'))
+        AND (NEW.attempt = OLD.attempt
+             OR (OLD.state = 'leased' AND NEW.state = 'queued' AND NEW.attempt = OLD.attempt + 1))
+        AND CASE NEW.state
+            WHEN 'leased' THEN NEW.leased_until IS NOT NULL AND NEW.holder IS NOT NULL
+                AND NEW.end_reason IS NULL AND NEW.ended_at IS NULL
+            WHEN 'queued' THEN NEW.leased_until IS NULL AND NEW.holder IS NULL
+                AND NEW.end_reason IS NULL AND NEW.ended_at IS NULL
+            ELSE NEW.ended_at IS NOT NULL AND NEW.leased_until IS NULL
+                AND NEW.end_reason IN ('completed', 'cancelled', 'failed', 'retries_exhausted', 'not_retryable', 'deadline_exceeded', 'continued') END;
+    IF legal THEN
+        RETURN NEW;
+    END IF;
+    IF NEW.id IS DISTINCT FROM OLD.id OR NEW.kind IS DISTINCT FROM OLD.kind
+            OR NEW.workspace IS DISTINCT FROM OLD.workspace
+            OR NEW.subject IS DISTINCT FROM OLD.subject THEN
+        RAISE EXCEPTION 'agent_run %: a run never changes its identity', OLD.id
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run';
+    END IF;
+    IF NOT ((OLD.state = 'queued' AND NEW.state IN ('leased', 'ended'))
             OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NEW.head AND NOT OLD.head)
-            OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended'))) THEN""",
-    )
+            OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended'))) THEN
+        RAISE EXCEPTION 'agent_run %: illegal transition % -> %', OLD.id, OLD.state, NEW.state
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run';
+    END IF;
+    claim := OLD.state = 'queued' AND NEW.state = 'leased';
+    IF NEW.epoch IS DISTINCT FROM OLD.epoch + claim::integer THEN
+        RAISE EXCEPTION 'agent_run %: a claim takes the next epoch and nothing else changes it '
+            '(% -> % on % -> %)', OLD.id, OLD.epoch, NEW.epoch, OLD.state, NEW.state
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_epoch';
+    END IF;
+    IF NEW.holder IS DISTINCT FROM OLD.holder AND NOT claim AND NEW.state <> 'queued' THEN
+        RAISE EXCEPTION 'agent_run %: the holder changes only with a claim', OLD.id
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_holder';
+    END IF;
+    IF NEW.attempt IS DISTINCT FROM OLD.attempt THEN
+        RAISE EXCEPTION 'agent_run %: an attempt is spent only by a lease going back to the '
+            'queue, one at a time (% -> %)', OLD.id, OLD.attempt, NEW.attempt
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_attempt';
+    END IF;
+    IF NEW.state = 'ended' AND NEW.end_reason IS NOT NULL
+            AND NEW.end_reason NOT IN ('completed', 'cancelled', 'failed', 'retries_exhausted', 'not_retryable', 'deadline_exceeded', 'continued') THEN
+        RAISE EXCEPTION 'agent_run %: % is no reason to end a run', OLD.id, NEW.end_reason
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_reason';
+    END IF;
+    RAISE EXCEPTION 'agent_run %: a % run has %', OLD.id, NEW.state,
+        CASE NEW.state WHEN 'leased' THEN 'a holder and a lease, and no end'
+                       WHEN 'queued' THEN 'no holder, lease or end'
+                       ELSE 'a reason and an end time, and no lease' END
+        USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_' || NEW.state;
+END
+$$;
+"""
 
 
 # Events without the foreign key to their run: its check locked the run row for every event
 # (about a tenth of a step boundary's cost). 0004's event guard already reads each new event's run
 # to fence it; it now also refuses an event whose run does not exist, and a deleted run's events
 # go with it through a trigger, as the key's cascade took them.
-def _events() -> str:
-    fenced = _revision("0004_fence_guards.py").EVENTS
-    start = fenced.index("CREATE FUNCTION guard_agent_run_event_insert()")
-    end = fenced.index("CREATE TRIGGER guard_agent_run_event_insert")
-    guard = fenced[start:end].replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1)
-    joins = guard.count("FROM added a JOIN agent_run r ON r.id = a.run_id")
-    assert joins == 3, "0004's event guard changed: fence events to existing runs again"
-    guard = guard.replace(
-        "FROM added a JOIN agent_run r ON r.id = a.run_id",
-        "FROM added a LEFT JOIN agent_run r ON r.id = a.run_id",
-    )
-    stale = "r.state <> 'leased' OR r.epoch <> a.epoch"
-    assert guard.count(stale) == 3, "0004's event guard changed: fence events to existing runs"
-    guard = guard.replace(stale, "r.id IS NULL OR r.state <> 'leased' OR r.epoch <> a.epoch")
-    return f"""
+EVENTS = """
 ALTER TABLE agent_run_event DROP CONSTRAINT agent_run_event_run_id_fkey;
-{guard}
+CREATE OR REPLACE FUNCTION guard_agent_run_event_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    mine xid := pg_current_xact_id()::xid;
+    stale boolean;
+    unheld boolean;
+    wrong record;
+BEGIN
+    SELECT bool_or(r.id IS NULL OR r.state <> 'leased' OR r.epoch <> a.epoch), bool_or(r.xmin <> mine)
+        INTO stale, unheld
+        FROM added a LEFT JOIN agent_run r ON r.id = a.run_id;
+    IF unheld THEN
+        PERFORM 1 FROM agent_run r WHERE r.id IN (SELECT a.run_id FROM added a)
+            AND r.xmin <> mine FOR SHARE OF r;
+        SELECT bool_or(r.id IS NULL OR r.state <> 'leased' OR r.epoch <> a.epoch) INTO stale
+            FROM added a LEFT JOIN agent_run r ON r.id = a.run_id;
+    END IF;
+    IF stale THEN
+        SELECT a.run_id, a.epoch, r.state, r.epoch AS run_epoch INTO wrong
+            FROM added a LEFT JOIN agent_run r ON r.id = a.run_id
+            WHERE r.id IS NULL OR r.state <> 'leased' OR r.epoch <> a.epoch LIMIT 1;
+        RAISE EXCEPTION 'agent_run_event: run % is % at epoch %, so no event of epoch % is '
+            'appended', wrong.run_id, wrong.state, wrong.run_epoch, wrong.epoch
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_event';
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+
 CREATE FUNCTION agent_run_gone() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
     DELETE FROM agent_run_event e WHERE e.run_id IN (SELECT g.id FROM gone_runs g);
@@ -555,36 +673,236 @@ CREATE INDEX ix_agent_run_lease_expiry ON agent_run (leased_until) WHERE state =
 """
 
 
-def _revision(name: str) -> ModuleType:
-    """A sibling revision's module, whose SQL a downgrade restores."""
-    path = Path(__file__).with_name(name)
-    spec = importlib.util.spec_from_file_location(f"agentruns_migration_{path.stem}", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+# What a downgrade restores: 0004's guard and event guard, and 0003's subject table (filled from
+# the runs) with its bookkeeping trigger.
+FENCED_GUARD = """
+CREATE OR REPLACE FUNCTION guard_agent_run() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    legal boolean;
+    claim boolean;
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        IF NEW.state = 'queued' AND NEW.lease > interval '0' AND NEW.leased_until IS NULL
+                AND NEW.holder IS NULL AND NEW.end_reason IS NULL AND NEW.ended_at IS NULL THEN
+            RETURN NEW;
+        END IF;
+        IF NEW.state IS DISTINCT FROM 'queued' THEN
+            RAISE EXCEPTION 'agent_run %: a run is inserted queued, not %', NEW.id, NEW.state
+                USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run';
+        END IF;
+        IF NOT NEW.lease > interval '0' THEN
+            RAISE EXCEPTION 'agent_run %: a lease is longer than zero, not %', NEW.id, NEW.lease
+                USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_lease';
+        END IF;
+        RAISE EXCEPTION 'agent_run %: a queued run has no holder, lease or end', NEW.id
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_queued';
+    END IF;
+    legal := NEW.id = OLD.id AND NEW.kind = OLD.kind AND NEW.workspace = OLD.workspace
+        AND NEW.subject = OLD.subject
+        AND ((OLD.state = 'queued' AND NEW.state IN ('leased', 'ended'))
+             OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended')))
+        AND NEW.epoch = OLD.epoch + (OLD.state = 'queued' AND NEW.state = 'leased')::integer
+        AND (NEW.holder IS NOT DISTINCT FROM OLD.holder OR NEW.state = 'queued'
+             OR (OLD.state = 'queued' AND NEW.state = 'leased'))
+        AND (NEW.attempt = OLD.attempt
+             OR (OLD.state = 'leased' AND NEW.state = 'queued' AND NEW.attempt = OLD.attempt + 1))
+        AND CASE NEW.state
+            WHEN 'leased' THEN NEW.leased_until IS NOT NULL AND NEW.holder IS NOT NULL
+                AND NEW.end_reason IS NULL AND NEW.ended_at IS NULL
+            WHEN 'queued' THEN NEW.leased_until IS NULL AND NEW.holder IS NULL
+                AND NEW.end_reason IS NULL AND NEW.ended_at IS NULL
+            ELSE NEW.ended_at IS NOT NULL AND NEW.leased_until IS NULL
+                AND NEW.end_reason IN ('completed', 'cancelled', 'failed', 'retries_exhausted', 'not_retryable', 'deadline_exceeded', 'continued') END;
+    IF legal THEN
+        RETURN NEW;
+    END IF;
+    IF NEW.id IS DISTINCT FROM OLD.id OR NEW.kind IS DISTINCT FROM OLD.kind
+            OR NEW.workspace IS DISTINCT FROM OLD.workspace
+            OR NEW.subject IS DISTINCT FROM OLD.subject THEN
+        RAISE EXCEPTION 'agent_run %: a run never changes its identity', OLD.id
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run';
+    END IF;
+    IF NOT ((OLD.state = 'queued' AND NEW.state IN ('leased', 'ended'))
+            OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended'))) THEN
+        RAISE EXCEPTION 'agent_run %: illegal transition % -> %', OLD.id, OLD.state, NEW.state
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run';
+    END IF;
+    claim := OLD.state = 'queued' AND NEW.state = 'leased';
+    IF NEW.epoch IS DISTINCT FROM OLD.epoch + claim::integer THEN
+        RAISE EXCEPTION 'agent_run %: a claim takes the next epoch and nothing else changes it '
+            '(% -> % on % -> %)', OLD.id, OLD.epoch, NEW.epoch, OLD.state, NEW.state
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_epoch';
+    END IF;
+    IF NEW.holder IS DISTINCT FROM OLD.holder AND NOT claim AND NEW.state <> 'queued' THEN
+        RAISE EXCEPTION 'agent_run %: the holder changes only with a claim', OLD.id
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_holder';
+    END IF;
+    IF NEW.attempt IS DISTINCT FROM OLD.attempt THEN
+        RAISE EXCEPTION 'agent_run %: an attempt is spent only by a lease going back to the '
+            'queue, one at a time (% -> %)', OLD.id, OLD.attempt, NEW.attempt
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_attempt';
+    END IF;
+    IF NEW.state = 'ended' AND NEW.end_reason IS NOT NULL
+            AND NEW.end_reason NOT IN ('completed', 'cancelled', 'failed', 'retries_exhausted', 'not_retryable', 'deadline_exceeded', 'continued') THEN
+        RAISE EXCEPTION 'agent_run %: % is no reason to end a run', OLD.id, NEW.end_reason
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_reason';
+    END IF;
+    RAISE EXCEPTION 'agent_run %: a % run has %', OLD.id, NEW.state,
+        CASE NEW.state WHEN 'leased' THEN 'a holder and a lease, and no end'
+                       WHEN 'queued' THEN 'no holder, lease or end'
+                       ELSE 'a reason and an end time, and no lease' END
+        USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_' || NEW.state;
+END
+$$;
+"""
+
+FENCED_EVENTS = """\
+CREATE OR REPLACE FUNCTION guard_agent_run_event_insert() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    mine xid := pg_current_xact_id()::xid;
+    stale boolean;
+    unheld boolean;
+    wrong record;
+BEGIN
+    SELECT bool_or(r.state <> 'leased' OR r.epoch <> a.epoch), bool_or(r.xmin <> mine)
+        INTO stale, unheld
+        FROM added a JOIN agent_run r ON r.id = a.run_id;
+    IF unheld THEN
+        PERFORM 1 FROM agent_run r WHERE r.id IN (SELECT a.run_id FROM added a)
+            AND r.xmin <> mine FOR SHARE OF r;
+        SELECT bool_or(r.state <> 'leased' OR r.epoch <> a.epoch) INTO stale
+            FROM added a JOIN agent_run r ON r.id = a.run_id;
+    END IF;
+    IF stale THEN
+        SELECT a.run_id, a.epoch, r.state, r.epoch AS run_epoch INTO wrong
+            FROM added a JOIN agent_run r ON r.id = a.run_id
+            WHERE r.state <> 'leased' OR r.epoch <> a.epoch LIMIT 1;
+        RAISE EXCEPTION 'agent_run_event: run % is % at epoch %, so no event of epoch % is '
+            'appended', wrong.run_id, wrong.state, wrong.run_epoch, wrong.epoch
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_event';
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+"""
+
+SUBJECTS = """
+
+CREATE TABLE agent_subject (
+    workspace text NOT NULL,
+    subject text NOT NULL,
+    head_run uuid,
+    head_kind text,
+    head_band smallint,
+    head_due_at timestamptz,
+    head_seq bigint,
+    PRIMARY KEY (workspace, subject)
+);
+CREATE INDEX ix_agent_subject_offered ON agent_subject
+    (workspace, head_band, head_due_at, head_seq) WHERE head_run IS NOT NULL;
+
+INSERT INTO agent_subject (workspace, subject)
+    SELECT DISTINCT workspace, subject FROM agent_run WHERE state <> 'ended';
+UPDATE agent_subject s SET head_run = h.id, head_kind = h.kind, head_band = h.band,
+        head_due_at = h.due_at, head_seq = h.seq
+    FROM (SELECT DISTINCT ON (r.workspace, r.subject) r.workspace, r.subject, r.id, r.kind,
+                 r.band, r.due_at, r.seq
+          FROM agent_run r
+          WHERE r.state = 'queued' AND NOT EXISTS (
+              SELECT 1 FROM agent_run l
+              WHERE l.workspace = r.workspace AND l.subject = r.subject AND l.state = 'leased')
+          ORDER BY r.workspace, r.subject, r.seq) h
+    WHERE s.workspace = h.workspace AND s.subject = h.subject;
+"""
+
+BOOKKEEPING = """
+CREATE OR REPLACE FUNCTION agent_run_bookkeeping() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    run agent_run%ROWTYPE;
+    head record;
+    head_id uuid := NULL;
+BEGIN
+    IF TG_OP = 'DELETE' THEN
+        run := OLD;
+        IF OLD.state = 'ended' THEN
+            RETURN NULL;
+        END IF;
+    ELSE
+        run := NEW;
+    END IF;
+    IF TG_OP = 'UPDATE' AND OLD.state = NEW.state AND NEW.state <> 'queued' THEN
+        RETURN NULL;  -- a renewal moves no head
+    END IF;
+    IF TG_OP = 'INSERT' THEN
+        INSERT INTO agent_workspace (id) VALUES (NEW.workspace) ON CONFLICT DO NOTHING;
+    END IF;
+    PERFORM 1 FROM agent_subject
+        WHERE workspace = run.workspace AND subject = run.subject FOR UPDATE;
+    IF NOT FOUND THEN  -- the subject's first run
+        INSERT INTO agent_subject (workspace, subject) VALUES (run.workspace, run.subject)
+            ON CONFLICT DO NOTHING;
+        PERFORM 1 FROM agent_subject
+            WHERE workspace = run.workspace AND subject = run.subject FOR UPDATE;
+    END IF;
+    IF TG_OP = 'UPDATE' AND NEW.state = 'leased' THEN
+        -- A claim: the subject now has a leased run, so it offers no head; nothing to look up.
+        UPDATE agent_subject SET head_run = NULL, head_kind = NULL, head_band = NULL,
+                head_due_at = NULL, head_seq = NULL
+            WHERE workspace = run.workspace AND subject = run.subject AND head_run IS NOT NULL;
+        RETURN NULL;
+    END IF;
+    IF NOT EXISTS (
+            SELECT 1 FROM agent_run r
+            WHERE r.workspace = run.workspace AND r.subject = run.subject
+              AND r.state = 'leased') THEN
+        SELECT r.id, r.kind, r.band, r.due_at, r.seq INTO head
+            FROM agent_run r
+            WHERE r.workspace = run.workspace AND r.subject = run.subject AND r.state = 'queued'
+            ORDER BY r.seq LIMIT 1;
+        IF FOUND THEN
+            head_id := head.id;
+        END IF;
+    END IF;
+    IF head_id IS NULL THEN
+        UPDATE agent_subject SET head_run = NULL, head_kind = NULL, head_band = NULL,
+                head_due_at = NULL, head_seq = NULL
+            WHERE workspace = run.workspace AND subject = run.subject AND head_run IS NOT NULL;
+    ELSE
+        UPDATE agent_subject SET head_run = head.id, head_kind = head.kind,
+                head_band = head.band, head_due_at = head.due_at, head_seq = head.seq
+            WHERE workspace = run.workspace AND subject = run.subject
+                AND (head_run IS DISTINCT FROM head.id OR head_due_at IS DISTINCT FROM head.due_at
+                    OR head_band IS DISTINCT FROM head.band);
+    END IF;
+    IF TG_OP <> 'DELETE' AND NEW.state = 'queued'
+            AND (TG_OP = 'INSERT' OR OLD.state <> 'queued') THEN
+        PERFORM pg_notify('agent_run', NEW.workspace);
+    END IF;
+    RETURN NULL;
+END
+$$;
+"""
+
+BOOKKEEPING_TRIGGER = """
+CREATE TRIGGER agent_run_bookkeeping AFTER INSERT OR UPDATE OR DELETE ON agent_run
+    FOR EACH ROW EXECUTE FUNCTION agent_run_bookkeeping();
+"""
 
 
 def upgrade() -> None:
-    for block in (HEADS, LANES, FOLD, ENQUEUED, MOVED, PROMOTE, _guard(), _events(), CLAIM):
+    for block in (HEADS, LANES, FOLD, ENQUEUED, MOVED, PROMOTE, GUARD, EVENTS, CLAIM):
         op.execute(block)
     op.execute("SELECT agent_lane_fold()")
 
 
 def downgrade() -> None:
-    op.execute(DROP_NEW)
-    fenced = _revision("0004_fence_guards.py")
-    op.execute(fenced.GUARD)
-    events = fenced.EVENTS
-    start = events.index("CREATE FUNCTION guard_agent_run_event_insert()")
-    end = events.index("CREATE TRIGGER guard_agent_run_event_insert")
-    op.execute(events[start:end].replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1))
-    # 0003's subject table, filled from the runs, and its bookkeeping trigger.
-    scoped = _revision("0003_workspace_subjects.py")
-    op.execute(scoped.SUBJECTS.replace("DROP TABLE agent_subject;", "", 1))
-    op.execute(scoped.BOOKKEEPING)
-    op.execute(
-        "CREATE TRIGGER agent_run_bookkeeping AFTER INSERT OR UPDATE OR DELETE ON agent_run "
-        "FOR EACH ROW EXECUTE FUNCTION agent_run_bookkeeping()"
-    )
+    for block in (
+        DROP_NEW,
+        FENCED_GUARD,
+        FENCED_EVENTS,
+        SUBJECTS,
+        BOOKKEEPING,
+        BOOKKEEPING_TRIGGER,
+    ):
+        op.execute(block)

@@ -15,9 +15,6 @@ that the subject has no head left), so the old versions' head flags are not need
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 from alembic import op
 
 revision = "0010_moved_without_join"
@@ -76,16 +73,58 @@ $$;
 """
 
 
+# 0005's trigger function, which joined the transition tables: a downgrade restores it.
+PAIRED_MOVED = """
+CREATE OR REPLACE FUNCTION agent_run_moved() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    IF pg_trigger_depth() > 1 THEN
+        RETURN NULL;  -- the promotions below: their lanes are told already
+    END IF;
+    -- A claim takes a head out of its band and a lease; a lease given back to the queue offers
+    -- its run again; a queued head that ended leaves its band; an ended lease is one fewer.
+    INSERT INTO agent_workspace_delta (workspace, leased, bands)
+        SELECT n.workspace,
+               sum(CASE WHEN (o.state = 'leased') = (n.state = 'leased') THEN 0
+                        WHEN n.state = 'leased' THEN 1 ELSE -1 END),
+               bit_or(CASE WHEN o.state = 'queued' OR n.state = 'queued'
+                           THEN 1 << n.band ELSE 0 END)::smallint
+        FROM old_runs o JOIN new_runs n USING (id)
+        WHERE (o.state = 'leased') <> (n.state = 'leased') OR (o.head AND NOT n.head)
+        GROUP BY n.workspace;
+    IF NOT EXISTS (SELECT 1 FROM old_runs o JOIN new_runs n USING (id)
+                   WHERE o.head AND NOT n.head) THEN
+        RETURN NULL;
+    END IF;
+    PERFORM agent_subject_lock(s.workspace, s.subject)
+        FROM (SELECT DISTINCT n.workspace, n.subject
+              FROM old_runs o JOIN new_runs n USING (id)
+              WHERE o.head AND NOT n.head ORDER BY 1, 2) s;
+    WITH promoted AS (
+        UPDATE agent_run r SET head = true
+        WHERE r.id = ANY (ARRAY(SELECT nx.id
+          FROM (SELECT DISTINCT n.workspace, n.subject
+                FROM old_runs o JOIN new_runs n USING (id) WHERE o.head AND NOT n.head) s
+          CROSS JOIN LATERAL (
+              SELECT w.id FROM agent_run w
+              WHERE w.workspace = s.workspace AND w.subject = s.subject
+                AND w.state = 'queued' AND NOT w.head
+              ORDER BY w.seq LIMIT 1) nx
+          WHERE NOT EXISTS (SELECT 1 FROM agent_run h
+                            WHERE h.workspace = s.workspace AND h.subject = s.subject
+                              AND h.head)))
+        RETURNING r.workspace, r.band
+    )
+    INSERT INTO agent_workspace_delta (workspace, bands)
+        SELECT workspace, bit_or(1 << band)::smallint FROM promoted GROUP BY workspace;
+    RETURN NULL;
+END
+$$;
+"""
+
+
 def upgrade() -> None:
     op.execute(MOVED)
 
 
 def downgrade() -> None:
-    path = Path(__file__).with_name("0005_claim_lanes.py")
-    spec = importlib.util.spec_from_file_location("agentruns_migration_0005_claim_lanes", path)
-    assert spec is not None
-    assert spec.loader is not None
-    lanes = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(lanes)
-    function = lanes.MOVED[: lanes.MOVED.index("CREATE TRIGGER agent_run_moved")]
-    op.execute(function.replace("CREATE FUNCTION", "CREATE OR REPLACE FUNCTION", 1))
+    op.execute(PAIRED_MOVED)

@@ -16,10 +16,6 @@ cannot name ``OLD`` (ADRs/0019).
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-from types import ModuleType
-
 from alembic import op
 
 revision = "0012_guard_when"
@@ -28,49 +24,46 @@ branch_labels = None
 depends_on = None
 
 
-def _revision(name: str) -> ModuleType:
-    path = Path(__file__).with_name(name)
-    spec = importlib.util.spec_from_file_location(f"agentruns_migration_{path.stem}", path)
-    assert spec is not None
-    assert spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-def _between(text: str, start: str, end: str) -> str:
-    assert text.count(start) == 1, f"the guard changed: {start!r} is not in it once"
-    tail = text[text.index(start) + len(start) :]
-    return tail[: tail.index(end)]
-
-
-def conditions() -> tuple[str, str]:
-    """The guard function's own tests of a legal insert and a legal update (0005's text)."""
-    guard = _revision("0005_claim_lanes.py")._guard()
-    insert = "NEW.state = 'queued'" + _between(
-        guard, "IF NEW.state = 'queued'", " THEN\n            RETURN NEW;"
-    )
-    update = _between(guard, "    legal := ", ";\n    IF legal THEN")
-    return insert, update
-
-
-def upgrade() -> None:
-    insert, update = conditions()
-    op.execute(f"""
+# The guard function's own tests of a legal update and a legal insert (0005's text), as the
+# triggers' conditions.
+GUARD_WHEN = """
 DROP TRIGGER guard_agent_run ON agent_run;
 CREATE TRIGGER guard_agent_run BEFORE UPDATE ON agent_run FOR EACH ROW
-    WHEN (NOT COALESCE({update}, false))
+    WHEN (NOT COALESCE(NEW.id = OLD.id AND NEW.kind = OLD.kind AND NEW.workspace = OLD.workspace
+        AND NEW.subject = OLD.subject
+        AND ((OLD.state = 'queued' AND NEW.state IN ('leased', 'ended'))
+             OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NEW.head AND NOT OLD.head)
+             OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended')))
+        AND NEW.epoch = OLD.epoch + (OLD.state = 'queued' AND NEW.state = 'leased')::integer
+        AND (NEW.holder IS NOT DISTINCT FROM OLD.holder OR NEW.state = 'queued'
+             OR (OLD.state = 'queued' AND NEW.state = 'leased'))
+        AND (NEW.attempt = OLD.attempt
+             OR (OLD.state = 'leased' AND NEW.state = 'queued' AND NEW.attempt = OLD.attempt + 1))
+        AND CASE NEW.state
+            WHEN 'leased' THEN NEW.leased_until IS NOT NULL AND NEW.holder IS NOT NULL
+                AND NEW.end_reason IS NULL AND NEW.ended_at IS NULL
+            WHEN 'queued' THEN NEW.leased_until IS NULL AND NEW.holder IS NULL
+                AND NEW.end_reason IS NULL AND NEW.ended_at IS NULL
+            ELSE NEW.ended_at IS NOT NULL AND NEW.leased_until IS NULL
+                AND NEW.end_reason IN ('completed', 'cancelled', 'failed', 'retries_exhausted', 'not_retryable', 'deadline_exceeded', 'continued') END, false))
     EXECUTE FUNCTION guard_agent_run();
 CREATE TRIGGER guard_agent_run_insert BEFORE INSERT ON agent_run FOR EACH ROW
-    WHEN (NOT COALESCE({insert}, false))
+    WHEN (NOT COALESCE(NEW.state = 'queued' AND NEW.lease > interval '0' AND NEW.leased_until IS NULL
+                AND NEW.holder IS NULL AND NEW.end_reason IS NULL AND NEW.ended_at IS NULL, false))
     EXECUTE FUNCTION guard_agent_run();
-""")
+"""
 
-
-def downgrade() -> None:
-    op.execute("""
+GUARD_EVERY_ROW = """
 DROP TRIGGER guard_agent_run_insert ON agent_run;
 DROP TRIGGER guard_agent_run ON agent_run;
 CREATE TRIGGER guard_agent_run BEFORE INSERT OR UPDATE ON agent_run
     FOR EACH ROW EXECUTE FUNCTION guard_agent_run();
-""")
+"""
+
+
+def upgrade() -> None:
+    op.execute(GUARD_WHEN)
+
+
+def downgrade() -> None:
+    op.execute(GUARD_EVERY_ROW)

@@ -13,9 +13,6 @@ the lock re-checked that each is still a queued head (ADRs/0019).
 
 from __future__ import annotations
 
-import importlib.util
-from pathlib import Path
-
 from alembic import op
 
 revision = "0014_claim_lock_then_lease"
@@ -23,7 +20,384 @@ down_revision = "0013_event_guard_plan"
 branch_labels = None
 depends_on = None
 
-_LEASE = """        WITH c AS (
+# The candidates this claimer can lock, in claim order, into an array; then their leases, by key.
+CLAIM = """\
+CREATE OR REPLACE FUNCTION agent_claim(
+    p_now timestamptz, p_aging interval, p_holder text, p_limit integer
+) RETURNS TABLE (
+    id uuid, kind text, workspace text, subject text, band smallint, payload jsonb, state text,
+    epoch integer, attempt integer, seq bigint, enqueued_at timestamptz, due_at timestamptz,
+    lease interval, deadline_at timestamptz, leased_until timestamptz, holder text,
+    end_reason text, ended_at timestamptz, continues uuid, domain_row boolean,
+    trace_context jsonb, last_error_type text, last_error text, last_failure_class text,
+    claimed_at timestamptz, claim_band integer, claim_load bigint
+) LANGUAGE plpgsql
+-- Every read here goes through an index: a sequential scan of the lanes or the runs would make
+-- the claim's cost grow with them, whatever the planner thinks of a generic plan's row counts.
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    now_ timestamptz := COALESCE(p_now, now());
+    pool integer := p_limit + 8;
+    scale integer;
+    candidates agent_claim_candidate[];
+    n_lanes integer;
+    ids uuid[] := '{}';
+    bands integer[] := '{}';
+    loads bigint[] := '{}';
+    more uuid[];
+    more_bands integer[];
+    more_loads bigint[];
+BEGIN
+    IF p_limit < 1 THEN
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT 1 FROM agent_workspace_delta) THEN
+
+    WITH locked AS MATERIALIZED (
+        SELECT l.id, l.leased
+        FROM (SELECT DISTINCT workspace FROM agent_workspace_delta) p
+        CROSS JOIN LATERAL (
+            SELECT w.id, w.leased FROM agent_workspace w WHERE w.id = p.workspace
+            FOR NO KEY UPDATE SKIP LOCKED) l
+    ),
+    taken AS (
+        DELETE FROM agent_workspace_delta d USING locked l WHERE d.workspace = l.id
+        RETURNING d.workspace, d.leased, d.bands
+    ),
+    summed AS (
+        SELECT t.workspace, l.leased + sum(t.leased) AS leased, bit_or(t.bands) AS bands,
+               sum(t.leased) AS k
+        FROM taken t JOIN locked l ON l.id = t.workspace GROUP BY t.workspace, l.leased
+    )
+    UPDATE agent_workspace w SET leased = s.leased,
+        h0_due = CASE WHEN s.bands & 1 <> 0 THEN b0.due_at ELSE w.h0_due END,
+        h0_seq = CASE WHEN s.bands & 1 <> 0 THEN b0.seq ELSE w.h0_seq END,
+        h1_due = CASE WHEN s.bands & 2 <> 0 THEN b1.due_at ELSE w.h1_due END,
+        h1_seq = CASE WHEN s.bands & 2 <> 0 THEN b1.seq ELSE w.h1_seq END,
+        h2_due = CASE WHEN s.bands & 4 <> 0 THEN b2.due_at ELSE w.h2_due END,
+        h2_seq = CASE WHEN s.bands & 4 <> 0 THEN b2.seq ELSE w.h2_seq END
+    FROM summed s
+    LEFT JOIN LATERAL (
+        SELECT h.due_at, h.seq FROM agent_run h
+        WHERE s.bands & 1 <> 0 AND h.workspace = s.workspace AND h.band = 0
+          AND h.state = 'queued' AND h.head
+        ORDER BY h.due_at, h.seq LIMIT 1) b0 ON true
+    LEFT JOIN LATERAL (
+        SELECT h.due_at, h.seq FROM agent_run h
+        WHERE s.bands & 2 <> 0 AND h.workspace = s.workspace AND h.band = 1
+          AND h.state = 'queued' AND h.head
+        ORDER BY h.due_at, h.seq LIMIT 1) b1 ON true
+    LEFT JOIN LATERAL (
+        SELECT h.due_at, h.seq FROM agent_run h
+        WHERE s.bands & 4 <> 0 AND h.workspace = s.workspace AND h.band = 2
+          AND h.state = 'queued' AND h.head
+        ORDER BY h.due_at, h.seq LIMIT 1) b2 ON true
+    WHERE w.id = s.workspace AND w.id = ANY (ARRAY(SELECT workspace FROM summed))
+      AND (s.k <> 0 OR s.bands <> 0);
+    END IF;
+    LOOP
+        scale := 1;
+        LOOP
+            WITH held AS MATERIALIZED (
+                SELECT h.workspace FROM agent_budget_hold h WHERE h.until > now_
+            ),
+            lanes AS (
+                (SELECT w.id, w.leased, 0 AS eb, w.h0_due AS due, w.h0_seq AS seq
+                 FROM agent_workspace w
+                 WHERE w.active AND w.h0_due IS NOT NULL AND w.h0_due <= now_
+                   AND w.id NOT IN (SELECT workspace FROM held)
+                 ORDER BY w.leased, w.h0_due, w.h0_seq LIMIT pool)
+                UNION ALL
+                (SELECT w.id, w.leased, 1, w.h1_due, w.h1_seq FROM agent_workspace w
+                 WHERE w.active AND w.h1_due IS NOT NULL AND w.h1_due <= now_
+                   AND w.id NOT IN (SELECT workspace FROM held)
+                 ORDER BY w.leased, w.h1_due, w.h1_seq LIMIT pool)
+                UNION ALL
+                (SELECT w.id, w.leased, 1, w.h2_due, w.h2_seq FROM agent_workspace w
+                 WHERE w.active AND w.h2_due IS NOT NULL AND p_aging > interval '0'
+                   AND w.h2_due <= now_ - p_aging AND w.id NOT IN (SELECT workspace FROM held)
+                 ORDER BY w.leased, w.h2_due, w.h2_seq LIMIT pool)
+                UNION ALL
+                (SELECT w.id, w.leased, 2, w.h2_due, w.h2_seq FROM agent_workspace w
+                 WHERE w.active AND w.h2_due IS NOT NULL AND w.h2_due <= now_
+                   AND w.h2_due > CASE WHEN p_aging > interval '0' THEN now_ - p_aging
+                                       ELSE '-infinity'::timestamptz END
+                   AND w.id NOT IN (SELECT workspace FROM held)
+                 ORDER BY w.leased, w.h2_due, w.h2_seq LIMIT pool)
+            ),
+            ranked_lanes AS (
+                SELECT id, leased FROM (
+                    SELECT DISTINCT ON (id) id, leased, eb, due, seq FROM lanes
+                    ORDER BY id, eb, due, seq
+                ) firsts
+                ORDER BY eb, leased, due, seq LIMIT pool
+            ),
+            -- A lane whose deltas another claimer is folding right now may be behind: its
+            -- heads are ranked too (with the count it has), so a claim never misses work
+            -- because of a busy lane.
+            behind AS (
+                SELECT d.workspace AS id, w.leased + d.k AS leased
+                FROM (SELECT workspace, sum(leased) AS k FROM agent_workspace_delta
+                      GROUP BY workspace) d
+                CROSS JOIN LATERAL (
+                    SELECT w.leased FROM agent_workspace w
+                    WHERE w.id = d.workspace AND w.active) w
+                WHERE d.workspace NOT IN (SELECT workspace FROM held)
+            ),
+            chosen AS MATERIALIZED (
+                SELECT id, leased FROM ranked_lanes WHERE id NOT IN (SELECT id FROM behind)
+                UNION ALL
+                SELECT id, greatest(leased, 0) FROM behind
+            ),
+            quota AS (
+                SELECT ((pool + greatest(count(*), 1) - 1) / greatest(count(*), 1) * scale + 1)
+                    ::integer AS m
+                FROM chosen
+            ),
+            heads AS (
+                SELECT c.id AS workspace, c.leased, h.id, h.band, h.due_at, h.seq, h.n, q.m
+                FROM chosen c CROSS JOIN quota q
+                CROSS JOIN (VALUES (0::smallint), (1::smallint), (2::smallint)) b (band)
+                CROSS JOIN LATERAL (
+                    SELECT r.id, r.band, r.due_at, r.seq,
+                           row_number() OVER (ORDER BY r.due_at, r.seq) AS n
+                    FROM agent_run r
+                    WHERE r.workspace = c.id AND r.band = b.band AND r.state = 'queued' AND r.head
+                      AND r.due_at <= now_
+                    ORDER BY r.due_at, r.seq LIMIT q.m) h
+            ),
+            keyed AS (
+                SELECT *, CASE WHEN band = 2 AND p_aging > interval '0' AND due_at <= now_ - p_aging
+                               THEN 1 ELSE band END AS eb
+                FROM heads
+            ),
+            ranked AS (
+                SELECT *, leased
+                          + row_number() OVER (PARTITION BY workspace ORDER BY eb, due_at, seq)
+                          - 1
+                    AS load
+                FROM keyed
+            ),
+            top AS MATERIALIZED (SELECT * FROM ranked ORDER BY eb, load, due_at, seq LIMIT pool)
+            SELECT CASE WHEN EXISTS (SELECT 1 FROM top WHERE n = m) THEN NULL
+                        ELSE COALESCE(array_agg(ROW(id, eb, load)::agent_claim_candidate
+                                                ORDER BY eb, load, due_at, seq), '{}') END,
+                   (SELECT count(*) FROM ranked_lanes)::integer
+            INTO candidates, n_lanes
+            FROM top;
+            EXIT WHEN candidates IS NOT NULL;
+            scale := scale * 4;
+        END LOOP;
+        SELECT COALESCE(array_agg(p.id ORDER BY p.ord), '{}'),
+               COALESCE(array_agg(p.eb ORDER BY p.ord), '{}'),
+               COALESCE(array_agg(p.load ORDER BY p.ord), '{}')
+        INTO more, more_bands, more_loads
+        FROM (
+            SELECT r.id, c.eb, c.load, c.ord
+            FROM unnest(candidates) WITH ORDINALITY AS c (id, eb, load, ord)
+            CROSS JOIN LATERAL (
+                SELECT r.id FROM agent_run r
+                WHERE r.id = c.id AND r.state = 'queued' AND r.head AND r.id <> ALL (ids)
+                FOR UPDATE SKIP LOCKED) r
+            ORDER BY c.ord LIMIT p_limit - cardinality(ids)
+        ) p;
+        UPDATE agent_run r SET state = 'leased', epoch = r.epoch + 1,
+            leased_until = now_ + r.lease, holder = p_holder, claimed_at = now_
+        WHERE r.id = ANY (more);
+        ids := ids || more;
+        bands := bands || more_bands;
+        loads := loads || more_loads;
+        -- Done when the batch is full, or every lane and every candidate was seen.
+        EXIT WHEN cardinality(ids) >= p_limit
+            OR (cardinality(candidates) < pool AND n_lanes < pool) OR pool >= 4096;
+        pool := pool * 4;
+    END LOOP;
+    RETURN QUERY
+        SELECT r.id, r.kind, r.workspace, r.subject, r.band, r.payload, r.state, r.epoch,
+               r.attempt, r.seq, r.enqueued_at, r.due_at, r.lease, r.deadline_at,
+               r.leased_until, r.holder, r.end_reason, r.ended_at, r.continues, r.domain_row,
+               r.trace_context, r.last_error_type, r.last_error, r.last_failure_class,
+               r.claimed_at, x.eb, x.load
+        FROM unnest(ids, bands, loads) WITH ORDINALITY AS x (id, eb, load, ord)
+        CROSS JOIN LATERAL (SELECT * FROM agent_run r WHERE r.id = x.id) r
+        ORDER BY x.ord;
+END
+$$;
+"""
+
+# 0011's claim, whose lock CTE is joined to its UPDATE: a downgrade restores it.
+JOINED_CLAIM = """\
+CREATE OR REPLACE FUNCTION agent_claim(
+    p_now timestamptz, p_aging interval, p_holder text, p_limit integer
+) RETURNS TABLE (
+    id uuid, kind text, workspace text, subject text, band smallint, payload jsonb, state text,
+    epoch integer, attempt integer, seq bigint, enqueued_at timestamptz, due_at timestamptz,
+    lease interval, deadline_at timestamptz, leased_until timestamptz, holder text,
+    end_reason text, ended_at timestamptz, continues uuid, domain_row boolean,
+    trace_context jsonb, last_error_type text, last_error text, last_failure_class text,
+    claimed_at timestamptz, claim_band integer, claim_load bigint
+) LANGUAGE plpgsql
+-- Every read here goes through an index: a sequential scan of the lanes or the runs would make
+-- the claim's cost grow with them, whatever the planner thinks of a generic plan's row counts.
+SET enable_seqscan = off
+AS $$
+#variable_conflict use_column
+DECLARE
+    now_ timestamptz := COALESCE(p_now, now());
+    pool integer := p_limit + 8;
+    scale integer;
+    candidates agent_claim_candidate[];
+    n_lanes integer;
+    ids uuid[] := '{}';
+    bands integer[] := '{}';
+    loads bigint[] := '{}';
+    more uuid[];
+    more_bands integer[];
+    more_loads bigint[];
+BEGIN
+    IF p_limit < 1 THEN
+        RETURN;
+    END IF;
+    IF EXISTS (SELECT 1 FROM agent_workspace_delta) THEN
+
+    WITH locked AS MATERIALIZED (
+        SELECT l.id, l.leased
+        FROM (SELECT DISTINCT workspace FROM agent_workspace_delta) p
+        CROSS JOIN LATERAL (
+            SELECT w.id, w.leased FROM agent_workspace w WHERE w.id = p.workspace
+            FOR NO KEY UPDATE SKIP LOCKED) l
+    ),
+    taken AS (
+        DELETE FROM agent_workspace_delta d USING locked l WHERE d.workspace = l.id
+        RETURNING d.workspace, d.leased, d.bands
+    ),
+    summed AS (
+        SELECT t.workspace, l.leased + sum(t.leased) AS leased, bit_or(t.bands) AS bands,
+               sum(t.leased) AS k
+        FROM taken t JOIN locked l ON l.id = t.workspace GROUP BY t.workspace, l.leased
+    )
+    UPDATE agent_workspace w SET leased = s.leased,
+        h0_due = CASE WHEN s.bands & 1 <> 0 THEN b0.due_at ELSE w.h0_due END,
+        h0_seq = CASE WHEN s.bands & 1 <> 0 THEN b0.seq ELSE w.h0_seq END,
+        h1_due = CASE WHEN s.bands & 2 <> 0 THEN b1.due_at ELSE w.h1_due END,
+        h1_seq = CASE WHEN s.bands & 2 <> 0 THEN b1.seq ELSE w.h1_seq END,
+        h2_due = CASE WHEN s.bands & 4 <> 0 THEN b2.due_at ELSE w.h2_due END,
+        h2_seq = CASE WHEN s.bands & 4 <> 0 THEN b2.seq ELSE w.h2_seq END
+    FROM summed s
+    LEFT JOIN LATERAL (
+        SELECT h.due_at, h.seq FROM agent_run h
+        WHERE s.bands & 1 <> 0 AND h.workspace = s.workspace AND h.band = 0
+          AND h.state = 'queued' AND h.head
+        ORDER BY h.due_at, h.seq LIMIT 1) b0 ON true
+    LEFT JOIN LATERAL (
+        SELECT h.due_at, h.seq FROM agent_run h
+        WHERE s.bands & 2 <> 0 AND h.workspace = s.workspace AND h.band = 1
+          AND h.state = 'queued' AND h.head
+        ORDER BY h.due_at, h.seq LIMIT 1) b1 ON true
+    LEFT JOIN LATERAL (
+        SELECT h.due_at, h.seq FROM agent_run h
+        WHERE s.bands & 4 <> 0 AND h.workspace = s.workspace AND h.band = 2
+          AND h.state = 'queued' AND h.head
+        ORDER BY h.due_at, h.seq LIMIT 1) b2 ON true
+    WHERE w.id = s.workspace AND w.id = ANY (ARRAY(SELECT workspace FROM summed))
+      AND (s.k <> 0 OR s.bands <> 0);
+    END IF;
+    LOOP
+        scale := 1;
+        LOOP
+            WITH held AS MATERIALIZED (
+                SELECT h.workspace FROM agent_budget_hold h WHERE h.until > now_
+            ),
+            lanes AS (
+                (SELECT w.id, w.leased, 0 AS eb, w.h0_due AS due, w.h0_seq AS seq
+                 FROM agent_workspace w
+                 WHERE w.active AND w.h0_due IS NOT NULL AND w.h0_due <= now_
+                   AND w.id NOT IN (SELECT workspace FROM held)
+                 ORDER BY w.leased, w.h0_due, w.h0_seq LIMIT pool)
+                UNION ALL
+                (SELECT w.id, w.leased, 1, w.h1_due, w.h1_seq FROM agent_workspace w
+                 WHERE w.active AND w.h1_due IS NOT NULL AND w.h1_due <= now_
+                   AND w.id NOT IN (SELECT workspace FROM held)
+                 ORDER BY w.leased, w.h1_due, w.h1_seq LIMIT pool)
+                UNION ALL
+                (SELECT w.id, w.leased, 1, w.h2_due, w.h2_seq FROM agent_workspace w
+                 WHERE w.active AND w.h2_due IS NOT NULL AND p_aging > interval '0'
+                   AND w.h2_due <= now_ - p_aging AND w.id NOT IN (SELECT workspace FROM held)
+                 ORDER BY w.leased, w.h2_due, w.h2_seq LIMIT pool)
+                UNION ALL
+                (SELECT w.id, w.leased, 2, w.h2_due, w.h2_seq FROM agent_workspace w
+                 WHERE w.active AND w.h2_due IS NOT NULL AND w.h2_due <= now_
+                   AND w.h2_due > CASE WHEN p_aging > interval '0' THEN now_ - p_aging
+                                       ELSE '-infinity'::timestamptz END
+                   AND w.id NOT IN (SELECT workspace FROM held)
+                 ORDER BY w.leased, w.h2_due, w.h2_seq LIMIT pool)
+            ),
+            ranked_lanes AS (
+                SELECT id, leased FROM (
+                    SELECT DISTINCT ON (id) id, leased, eb, due, seq FROM lanes
+                    ORDER BY id, eb, due, seq
+                ) firsts
+                ORDER BY eb, leased, due, seq LIMIT pool
+            ),
+            -- A lane whose deltas another claimer is folding right now may be behind: its
+            -- heads are ranked too (with the count it has), so a claim never misses work
+            -- because of a busy lane.
+            behind AS (
+                SELECT d.workspace AS id, w.leased + d.k AS leased
+                FROM (SELECT workspace, sum(leased) AS k FROM agent_workspace_delta
+                      GROUP BY workspace) d
+                CROSS JOIN LATERAL (
+                    SELECT w.leased FROM agent_workspace w
+                    WHERE w.id = d.workspace AND w.active) w
+                WHERE d.workspace NOT IN (SELECT workspace FROM held)
+            ),
+            chosen AS MATERIALIZED (
+                SELECT id, leased FROM ranked_lanes WHERE id NOT IN (SELECT id FROM behind)
+                UNION ALL
+                SELECT id, greatest(leased, 0) FROM behind
+            ),
+            quota AS (
+                SELECT ((pool + greatest(count(*), 1) - 1) / greatest(count(*), 1) * scale + 1)
+                    ::integer AS m
+                FROM chosen
+            ),
+            heads AS (
+                SELECT c.id AS workspace, c.leased, h.id, h.band, h.due_at, h.seq, h.n, q.m
+                FROM chosen c CROSS JOIN quota q
+                CROSS JOIN (VALUES (0::smallint), (1::smallint), (2::smallint)) b (band)
+                CROSS JOIN LATERAL (
+                    SELECT r.id, r.band, r.due_at, r.seq,
+                           row_number() OVER (ORDER BY r.due_at, r.seq) AS n
+                    FROM agent_run r
+                    WHERE r.workspace = c.id AND r.band = b.band AND r.state = 'queued' AND r.head
+                      AND r.due_at <= now_
+                    ORDER BY r.due_at, r.seq LIMIT q.m) h
+            ),
+            keyed AS (
+                SELECT *, CASE WHEN band = 2 AND p_aging > interval '0' AND due_at <= now_ - p_aging
+                               THEN 1 ELSE band END AS eb
+                FROM heads
+            ),
+            ranked AS (
+                SELECT *, leased
+                          + row_number() OVER (PARTITION BY workspace ORDER BY eb, due_at, seq)
+                          - 1
+                    AS load
+                FROM keyed
+            ),
+            top AS MATERIALIZED (SELECT * FROM ranked ORDER BY eb, load, due_at, seq LIMIT pool)
+            SELECT CASE WHEN EXISTS (SELECT 1 FROM top WHERE n = m) THEN NULL
+                        ELSE COALESCE(array_agg(ROW(id, eb, load)::agent_claim_candidate
+                                                ORDER BY eb, load, due_at, seq), '{}') END,
+                   (SELECT count(*) FROM ranked_lanes)::integer
+            INTO candidates, n_lanes
+            FROM top;
+            EXIT WHEN candidates IS NOT NULL;
+            scale := scale * 4;
+        END LOOP;
+        WITH c AS (
             SELECT * FROM unnest(candidates) WITH ORDINALITY AS c (id, eb, load, ord)
         ),
         picked AS (
@@ -44,56 +418,38 @@ _LEASE = """        WITH c AS (
                COALESCE(array_agg(claimed.eb ORDER BY ord), '{}'),
                COALESCE(array_agg(claimed.load ORDER BY ord), '{}')
         INTO more, more_bands, more_loads FROM claimed;
+        ids := ids || more;
+        bands := bands || more_bands;
+        loads := loads || more_loads;
+        -- Done when the batch is full, or every lane and every candidate was seen.
+        EXIT WHEN cardinality(ids) >= p_limit
+            OR (cardinality(candidates) < pool AND n_lanes < pool) OR pool >= 4096;
+        pool := pool * 4;
+    END LOOP;
+    RETURN QUERY
+        SELECT r.id, r.kind, r.workspace, r.subject, r.band, r.payload, r.state, r.epoch,
+               r.attempt, r.seq, r.enqueued_at, r.due_at, r.lease, r.deadline_at,
+               r.leased_until, r.holder, r.end_reason, r.ended_at, r.continues, r.domain_row,
+               r.trace_context, r.last_error_type, r.last_error, r.last_failure_class,
+               r.claimed_at, x.eb, x.load
+        FROM unnest(ids, bands, loads) WITH ORDINALITY AS x (id, eb, load, ord)
+        CROSS JOIN LATERAL (SELECT * FROM agent_run r WHERE r.id = x.id) r
+        ORDER BY x.ord;
+END
+$$;
 """
 
-# The candidates this claimer can lock, in claim order; then their leases, by key.
-_LOCK_THEN_LEASE = """        SELECT COALESCE(array_agg(p.id ORDER BY p.ord), '{}'),
-               COALESCE(array_agg(p.eb ORDER BY p.ord), '{}'),
-               COALESCE(array_agg(p.load ORDER BY p.ord), '{}')
-        INTO more, more_bands, more_loads
-        FROM (
-            SELECT r.id, c.eb, c.load, c.ord
-            FROM unnest(candidates) WITH ORDINALITY AS c (id, eb, load, ord)
-            CROSS JOIN LATERAL (
-                SELECT r.id FROM agent_run r
-                WHERE r.id = c.id AND r.state = 'queued' AND r.head AND r.id <> ALL (ids)
-                FOR UPDATE SKIP LOCKED) r
-            ORDER BY c.ord LIMIT p_limit - cardinality(ids)
-        ) p;
-        UPDATE agent_run r SET state = 'leased', epoch = r.epoch + 1,
-            leased_until = now_ + r.lease, holder = p_holder, claimed_at = now_
-        WHERE r.id = ANY (more);
-"""
-
-_SIGNATURE = "agent_claim(timestamptz, interval, text, integer)"
-
-
-def _margin() -> str:
-    """0011's claim (a pool of ``limit + 8``), as that revision creates it."""
-    path = Path(__file__).with_name("0011_claim_margin.py")
-    spec = importlib.util.spec_from_file_location("agentruns_migration_0011_claim_margin", path)
-    assert spec is not None
-    assert spec.loader is not None
-    margin = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(margin)
-    return str(margin._claim("p_limit + 8"))
-
-
-def claim() -> str:
-    function = _margin()
-    assert function.count(_LEASE) == 1, "0011's claim changed: split its lease again"
-    return function.replace(_LEASE, _LOCK_THEN_LEASE)
-
-
-def _create(function: str) -> None:
-    op.execute(function)
-    # CREATE OR REPLACE sets the function's SET list anew: 0011's setting again.
-    op.execute(f"ALTER FUNCTION {_SIGNATURE} SET enable_bitmapscan = off")
+# CREATE OR REPLACE sets the function's SET list anew: 0011's setting again.
+BITMAP_OFF = (
+    "ALTER FUNCTION agent_claim(timestamptz, interval, text, integer) SET enable_bitmapscan = off"
+)
 
 
 def upgrade() -> None:
-    _create(claim())
+    op.execute(CLAIM)
+    op.execute(BITMAP_OFF)
 
 
 def downgrade() -> None:
-    _create(_margin())
+    op.execute(JOINED_CLAIM)
+    op.execute(BITMAP_OFF)

@@ -57,7 +57,7 @@ def wheel(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return built
 
 
-def test_the_wheel_ships_the_console_templates_and_static_files(wheel: Path) -> None:
+def test_the_wheel_ships_the_console_files_the_migrations_and_the_schema(wheel: Path) -> None:
     import zipfile
 
     names = set(zipfile.ZipFile(wheel).namelist())
@@ -67,6 +67,7 @@ def test_the_wheel_ships_the_console_templates_and_static_files(wheel: Path) -> 
     assert f"{console}/static/console.css" in names
     assert f"{console}/static/console.js" in names
     assert "agentruns/_migrations/versions/0009_console_indexes.py" in names
+    assert "agentruns/adapters/postgres/ddl/claim.sql" in names  # today's schema, to read
 
 
 def test_the_wheel_installs_and_the_readme_session_runs_as_written(

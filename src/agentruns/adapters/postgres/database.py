@@ -34,10 +34,10 @@ from agentruns.domain.errors import (
     TransactionConflict,
 )
 
-# What the refusals of agentruns' own constraints and triggers mean (migrations 0001, 0002 and
-# 0004; ADRs/0016). Every other integrity error (a host's constraint or trigger on its domain
-# row, say) is a refusal too, named by its constraint: it becomes IllegalTransition just the
-# same, never StoreUnavailable.
+# What the refusals of agentruns' own constraints and triggers mean (ddl/guards.sql, events.sql
+# and sandboxes.sql; ADRs/0016). Every other integrity error (a host's constraint or trigger on
+# its domain row, say) is a refusal too, named by its constraint: it becomes IllegalTransition
+# just the same, never StoreUnavailable.
 _REFUSALS = {
     "guard_agent_run": "the run's state table or identity",
     "guard_agent_run_epoch": "a claim takes the next epoch and nothing else changes it",

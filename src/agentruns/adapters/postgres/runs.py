@@ -82,7 +82,7 @@ def run_from_row(row: Row) -> AgentRun:
         domain_row=row["domain_row"],
         trace_context=row["trace_context"],
         last_failure=_last_failure(row),
-        # The claim function (0005) returns its own column list, without it.
+        # The claim function (ddl/claim.sql) returns its own column list, without it.
         claimed_at=row.get("claimed_at"),
     )
 

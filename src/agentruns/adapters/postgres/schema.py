@@ -1,8 +1,12 @@
-"""The tables as SQLAlchemy Core metadata: what the migrations must build (a test compares them).
+"""The tables as SQLAlchemy Core metadata: their columns and constraints, as the migrations build
+them.
 
-Triggers and functions are not metadata; the migration owns them and the trigger tests hold them.
-Most rules of ``agent_run`` live in its guard trigger, not in CHECK constraints, because the
-executor prepares a table's CHECK expressions again for every statement (ADRs/0016).
+The rest of the schema (functions, triggers, indexes, the claim's type, table settings) is
+written out as literal SQL in ``ddl/``, one file per concern. A test builds one database from
+this metadata and those files and another from the migrations, and compares their catalogues
+(``tests/postgres/test_schema_files.py``). Most rules of ``agent_run`` live in its guard trigger
+(``ddl/guards.sql``), not in CHECK constraints, because the executor prepares a table's CHECK
+expressions again for every statement (ADRs/0016).
 """
 
 from __future__ import annotations
@@ -15,7 +19,6 @@ from sqlalchemy import (
     DateTime,
     ForeignKey,
     Identity,
-    Index,
     Integer,
     Interval,
     MetaData,
@@ -34,8 +37,8 @@ metadata = MetaData()
 TZ = DateTime(timezone=True)
 
 # A workspace's row is its lane (ADRs/0017): its leased runs and the first offered head of each
-# band, indexed in claim order per band. Claims keep it; everything else goes through the
-# ledger agent_workspace_delta, which the next claim folds in.
+# band, indexed in claim order per band (ddl/lanes.sql). Claims keep it; everything else goes
+# through the ledger agent_workspace_delta, which the next claim folds in.
 agent_workspace = Table(
     "agent_workspace",
     metadata,
@@ -50,14 +53,6 @@ agent_workspace = Table(
     Column("h2_seq", BigInteger),
     CheckConstraint("leased >= 0", name="ck_agent_workspace_leased"),
 )
-for _band in range(3):
-    Index(
-        f"ix_agent_workspace_b{_band}",
-        agent_workspace.c.leased,
-        agent_workspace.c[f"h{_band}_due"],
-        agent_workspace.c[f"h{_band}_seq"],
-        postgresql_where=text(f"active AND h{_band}_due IS NOT NULL"),
-    )
 
 agent_workspace_delta = Table(
     "agent_workspace_delta",
@@ -90,7 +85,8 @@ agent_run = Table(
     Column("state", Text, nullable=False),
     Column("epoch", Integer, nullable=False),
     Column("attempt", Integer, nullable=False),
-    Column("seq", BigInteger, agent_run_seq, nullable=False),
+    # Queue order; the sequence is owned by this column (ddl/runs.sql).
+    Column("seq", BigInteger, server_default=agent_run_seq.next_value(), nullable=False),
     Column("enqueued_at", TZ, nullable=False),
     Column("due_at", TZ, nullable=False),
     Column("lease", Interval, nullable=False),
@@ -100,7 +96,7 @@ agent_run = Table(
     Column("end_reason", Text),
     Column("ended_at", TZ),
     Column("continues", UUID(as_uuid=True)),
-    # migrations/versions/0006_failure_records.py
+    # The newest failure, the enqueuer's trace and the domain-row flag (ADRs/0014).
     Column("domain_row", Boolean, nullable=False, server_default=text("false")),
     Column("trace_context", JSONB),
     Column("last_error_type", Text),
@@ -119,79 +115,9 @@ agent_run = Table(
     ),
 )
 
-_QUEUED = text("state = 'queued'")
-_LEASED = text("state = 'leased'")
 
-# A subject is named within its workspace; its head is its leased run, or else its first queued
-# run (migrations/versions/0005_claim_lanes.py): one head per subject, and a leased run is head.
-Index(
-    "uq_agent_run_head",
-    agent_run.c.workspace,
-    agent_run.c.subject,
-    unique=True,
-    postgresql_where=text("head"),
-)
-Index(
-    "ix_agent_run_offered",
-    agent_run.c.workspace,
-    agent_run.c.band,
-    agent_run.c.due_at,
-    agent_run.c.seq,
-    postgresql_where=text("state = 'queued' AND head"),
-)
-Index(
-    "ix_agent_run_waiting",
-    agent_run.c.workspace,
-    agent_run.c.subject,
-    agent_run.c.seq,
-    postgresql_where=text("state = 'queued' AND NOT head"),
-)
-Index("ix_agent_run_leased", agent_run.c.seq, postgresql_where=_LEASED)
-Index(
-    "ix_agent_run_queued_deadline",
-    agent_run.c.deadline_at,
-    postgresql_where=text("state = 'queued' AND deadline_at IS NOT NULL"),
-)
-Index(
-    "ix_agent_run_continues",
-    agent_run.c.continues,
-    postgresql_where=text("continues IS NOT NULL"),
-)
-Index("ix_agent_run_ended_at", agent_run.c.ended_at, postgresql_where=text("state = 'ended'"))
-
-# The console's list and overview (migrations/versions/0009_console_indexes.py): each partial
-# on one state, so only a row version entering that state writes it (ADRs/0018).
-_ENDED = text("state = 'ended'")
-Index("ix_agent_run_queued_seq", agent_run.c.seq, postgresql_where=_QUEUED)
-Index(
-    "ix_agent_run_queued_console",
-    agent_run.c.workspace,
-    agent_run.c.subject,
-    agent_run.c.seq,
-    postgresql_include=["band", "kind", "due_at"],
-    postgresql_where=_QUEUED,
-)
-Index("ix_agent_run_ended_seq", agent_run.c.seq, postgresql_where=_ENDED)
-Index(
-    "ix_agent_run_ended_workspace", agent_run.c.workspace, agent_run.c.seq, postgresql_where=_ENDED
-)
-Index(
-    "ix_agent_run_ended_subject",
-    agent_run.c.workspace,
-    agent_run.c.subject,
-    agent_run.c.seq,
-    postgresql_where=_ENDED,
-)
-Index(
-    "ix_agent_run_ended_unsuccessful",
-    agent_run.c.end_reason,
-    agent_run.c.seq,
-    postgresql_where=text("state = 'ended' AND end_reason <> 'completed'"),
-)
-
-
-# An event's run is checked by the guard guard_agent_run_event_insert, not by a foreign key
-# (migrations/versions/0005_claim_lanes.py), and a deleted run's events go with it (agent_run_gone).
+# An event's run is checked by the guard guard_agent_run_event_insert, not by a foreign key, and
+# a deleted run's events go with it (agent_run_gone): ddl/events.sql.
 agent_run_event = Table(
     "agent_run_event",
     metadata,
@@ -224,11 +150,9 @@ agent_run_failure = Table(
     Column("traceback", Text, nullable=False),
     Column("recorded_at", TZ, nullable=False),
 )
-Index("ix_agent_run_failure_run", agent_run_failure.c.run_id, agent_run_failure.c.id)
-Index("ix_agent_run_failure_recorded", agent_run_failure.c.recorded_at)
 
-# A sandbox's row owns its claim (migrations/versions/0002_sandboxes.py; the trigger
-# guard_agent_sandbox keeps the state table and the identity).
+# A sandbox's row owns its claim (the trigger guard_agent_sandbox keeps the state table and the
+# identity: ddl/sandboxes.sql).
 agent_sandbox = Table(
     "agent_sandbox",
     metadata,
@@ -245,7 +169,7 @@ agent_sandbox = Table(
     Column("conversation", Boolean, nullable=False, server_default=text("false")),
     CheckConstraint("state IN ('requested', 'ready', 'deleting')", name="ck_agent_sandbox_state"),
     CheckConstraint("state <> 'ready' OR ready_at IS NOT NULL", name="ck_agent_sandbox_ready"),
-    # A sandbox's times keep their order (migrations/versions/0004_fence_guards.py).
+    # A sandbox's times keep their order.
     CheckConstraint("shutdown_at > requested_at", name="ck_agent_sandbox_shutdown"),
     CheckConstraint(
         "ready_at IS NULL OR (ready_at >= requested_at AND ready_at <= shutdown_at)",
@@ -258,20 +182,8 @@ agent_sandbox = Table(
     ),
     UniqueConstraint("claim_name", name="uq_agent_sandbox_claim_name"),
 )
-Index(
-    "uq_agent_sandbox_live_subject",
-    agent_sandbox.c.workspace,
-    agent_sandbox.c.subject,
-    unique=True,
-    postgresql_where=text("state IN ('requested', 'ready')"),
-)
-Index(
-    "ix_agent_sandbox_deleting",
-    agent_sandbox.c.requested_at,
-    postgresql_where=text("state = 'deleting'"),
-)
 
-# Schedules declared in code, synced on start (migrations/versions/0007_schedules.py). Exactly
+# Schedules declared in code, synced on start (ADRs/0015). Exactly
 # one of cron and every; a removed schedule keeps its row (removed_at) and its ticks.
 agent_schedule = Table(
     "agent_schedule",
@@ -299,11 +211,6 @@ agent_schedule = Table(
     CheckConstraint("catch_up IN ('latest', 'all', 'none')", name="ck_agent_schedule_catch_up"),
     CheckConstraint("band BETWEEN 0 AND 2", name="ck_agent_schedule_band"),
     CheckConstraint("catch_up_limit >= 1", name="ck_agent_schedule_catch_up_limit"),
-)
-Index(
-    "ix_agent_schedule_due",
-    agent_schedule.c.next_tick_at,
-    postgresql_where=text("NOT paused AND removed_at IS NULL"),
 )
 
 # One row per claimed tick: its key is what makes a second replica's claim a no-op.

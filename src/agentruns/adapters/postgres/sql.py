@@ -351,8 +351,8 @@ def _effective_band(band: str, due_at: str) -> str:
     )
 
 
-# The claim (ADRs/0017) is the function ``agent_claim`` (migrations/versions/0005): it folds the
-# lanes' ledger, ranks the heads of the first :limit lanes in claim order, leases the first
+# The claim (ADRs/0017) is the function ``agent_claim`` (ddl/claim.sql): it folds the lanes'
+# ledger, ranks the heads of the first :limit lanes in claim order, leases the first
 # :limit it can lock (SKIP LOCKED) and moves their lanes on. It reads about :limit lanes and a
 # few heads per lane, whatever the number of workspaces, queued, leased or ended runs.
 CLAIM = statement("""

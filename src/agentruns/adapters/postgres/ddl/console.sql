@@ -1,0 +1,20 @@
+-- The console's list and overview (ADRs/0018). Each index on agent_run is partial on one state,
+-- so it is written only when a row version enters that state (an enqueue or a requeue for the
+-- queued ones, an end for the ended ones), never by a claim or a renewal. The console's list
+-- merges one branch per state, each read in queue order from these; its overview counts queued
+-- runs by an index-only scan of ix_agent_run_queued_console. On a large table an operator may
+-- build them first with CREATE INDEX CONCURRENTLY (revision 0009 then finds them and takes no
+-- lock for long).
+
+CREATE INDEX ix_agent_run_queued_seq ON agent_run (seq) WHERE state = 'queued';
+CREATE INDEX ix_agent_run_queued_console ON agent_run (workspace, subject, seq)
+    INCLUDE (band, kind, due_at) WHERE state = 'queued';
+CREATE INDEX ix_agent_run_ended_seq ON agent_run (seq) WHERE state = 'ended';
+CREATE INDEX ix_agent_run_ended_workspace ON agent_run (workspace, seq) WHERE state = 'ended';
+CREATE INDEX ix_agent_run_ended_subject ON agent_run (workspace, subject, seq)
+    WHERE state = 'ended';
+CREATE INDEX ix_agent_run_ended_unsuccessful ON agent_run (end_reason, seq)
+    WHERE state = 'ended' AND end_reason <> 'completed';
+
+-- Failed attempts by time, across runs.
+CREATE INDEX ix_agent_run_failure_recorded ON agent_run_failure (recorded_at);

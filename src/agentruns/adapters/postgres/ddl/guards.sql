@@ -1,0 +1,154 @@
+-- The fence, whoever writes (ADRs/0016): every rule about one run is a comparison of NEW with
+-- OLD or of NEW alone, with no table read. A CHECK constraint would be the natural home of a rule
+-- about one row, but the executor prepares every CHECK expression of the table again for each
+-- statement, while PL/pgSQL keeps its expressions prepared for the session; and PL/pgSQL is only
+-- called for a write the trigger's WHEN condition refuses (ADRs/0019), so the legal writes every
+-- adapter statement makes cost the executor's evaluation of that condition alone.
+--
+-- Refusals are check violations named after their rule:
+--   guard_agent_run            the state table (queued -> leased | ended, leased -> leased |
+--                              queued | ended, queued -> queued only to become the head) and
+--                              the run's identity (id, kind, workspace, subject);
+--   guard_agent_run_epoch      a claim takes exactly the next epoch; nothing else changes it;
+--   guard_agent_run_holder     the holder changes only with a claim, or is cleared by a requeue;
+--   guard_agent_run_attempt    an attempt is spent only by a lease going back to the queue;
+--   guard_agent_run_reason     the vocabulary of end reasons;
+--   guard_agent_run_lease      a lease is longer than zero;
+--   guard_agent_run_queued / _leased / _ended   which columns each state fills;
+--   guard_agent_run_frozen     payload, band, queue order, enqueue time, lease, deadline and
+--                              continuation are written once, at enqueue;
+--   guard_agent_run_delete     only an ended run is deleted (retention).
+
+-- One expression accepts a legal write (the triggers' WHEN conditions below are its two halves);
+-- the rules are told apart, in order, only for a write it refuses.
+CREATE FUNCTION guard_agent_run() RETURNS trigger LANGUAGE plpgsql AS $$
+DECLARE
+    legal boolean;
+    claim boolean;
+BEGIN
+    IF TG_OP = 'INSERT' THEN
+        IF NEW.state = 'queued' AND NEW.lease > interval '0' AND NEW.leased_until IS NULL
+                AND NEW.holder IS NULL AND NEW.end_reason IS NULL AND NEW.ended_at IS NULL THEN
+            RETURN NEW;
+        END IF;
+        IF NEW.state IS DISTINCT FROM 'queued' THEN
+            RAISE EXCEPTION 'agent_run %: a run is inserted queued, not %', NEW.id, NEW.state
+                USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run';
+        END IF;
+        IF NOT NEW.lease > interval '0' THEN
+            RAISE EXCEPTION 'agent_run %: a lease is longer than zero, not %', NEW.id, NEW.lease
+                USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_lease';
+        END IF;
+        RAISE EXCEPTION 'agent_run %: a queued run has no holder, lease or end', NEW.id
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_queued';
+    END IF;
+    legal := NEW.id = OLD.id AND NEW.kind = OLD.kind AND NEW.workspace = OLD.workspace
+        AND NEW.subject = OLD.subject
+        AND ((OLD.state = 'queued' AND NEW.state IN ('leased', 'ended'))
+             OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NEW.head AND NOT OLD.head)
+             OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended')))
+        AND NEW.epoch = OLD.epoch + (OLD.state = 'queued' AND NEW.state = 'leased')::integer
+        AND (NEW.holder IS NOT DISTINCT FROM OLD.holder OR NEW.state = 'queued'
+             OR (OLD.state = 'queued' AND NEW.state = 'leased'))
+        AND (NEW.attempt = OLD.attempt
+             OR (OLD.state = 'leased' AND NEW.state = 'queued' AND NEW.attempt = OLD.attempt + 1))
+        AND CASE NEW.state
+            WHEN 'leased' THEN NEW.leased_until IS NOT NULL AND NEW.holder IS NOT NULL
+                AND NEW.end_reason IS NULL AND NEW.ended_at IS NULL
+            WHEN 'queued' THEN NEW.leased_until IS NULL AND NEW.holder IS NULL
+                AND NEW.end_reason IS NULL AND NEW.ended_at IS NULL
+            ELSE NEW.ended_at IS NOT NULL AND NEW.leased_until IS NULL
+                AND NEW.end_reason IN ('completed', 'cancelled', 'failed', 'retries_exhausted', 'not_retryable', 'deadline_exceeded', 'continued') END;
+    IF legal THEN
+        RETURN NEW;
+    END IF;
+    IF NEW.id IS DISTINCT FROM OLD.id OR NEW.kind IS DISTINCT FROM OLD.kind
+            OR NEW.workspace IS DISTINCT FROM OLD.workspace
+            OR NEW.subject IS DISTINCT FROM OLD.subject THEN
+        RAISE EXCEPTION 'agent_run %: a run never changes its identity', OLD.id
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run';
+    END IF;
+    IF NOT ((OLD.state = 'queued' AND NEW.state IN ('leased', 'ended'))
+            OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NEW.head AND NOT OLD.head)
+            OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended'))) THEN
+        RAISE EXCEPTION 'agent_run %: illegal transition % -> %', OLD.id, OLD.state, NEW.state
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run';
+    END IF;
+    claim := OLD.state = 'queued' AND NEW.state = 'leased';
+    IF NEW.epoch IS DISTINCT FROM OLD.epoch + claim::integer THEN
+        RAISE EXCEPTION 'agent_run %: a claim takes the next epoch and nothing else changes it '
+            '(% -> % on % -> %)', OLD.id, OLD.epoch, NEW.epoch, OLD.state, NEW.state
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_epoch';
+    END IF;
+    IF NEW.holder IS DISTINCT FROM OLD.holder AND NOT claim AND NEW.state <> 'queued' THEN
+        RAISE EXCEPTION 'agent_run %: the holder changes only with a claim', OLD.id
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_holder';
+    END IF;
+    IF NEW.attempt IS DISTINCT FROM OLD.attempt THEN
+        RAISE EXCEPTION 'agent_run %: an attempt is spent only by a lease going back to the '
+            'queue, one at a time (% -> %)', OLD.id, OLD.attempt, NEW.attempt
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_attempt';
+    END IF;
+    IF NEW.state = 'ended' AND NEW.end_reason IS NOT NULL
+            AND NEW.end_reason NOT IN ('completed', 'cancelled', 'failed', 'retries_exhausted', 'not_retryable', 'deadline_exceeded', 'continued') THEN
+        RAISE EXCEPTION 'agent_run %: % is no reason to end a run', OLD.id, NEW.end_reason
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_reason';
+    END IF;
+    RAISE EXCEPTION 'agent_run %: a % run has %', OLD.id, NEW.state,
+        CASE NEW.state WHEN 'leased' THEN 'a holder and a lease, and no end'
+                       WHEN 'queued' THEN 'no holder, lease or end'
+                       ELSE 'a reason and an end time, and no lease' END
+        USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_' || NEW.state;
+END
+$$;
+
+-- The function's own tests of a legal update and a legal insert, as the conditions: it is called
+-- only when the verdict is false or NULL.
+CREATE TRIGGER guard_agent_run BEFORE UPDATE ON agent_run FOR EACH ROW
+    WHEN (NOT COALESCE(NEW.id = OLD.id AND NEW.kind = OLD.kind AND NEW.workspace = OLD.workspace
+        AND NEW.subject = OLD.subject
+        AND ((OLD.state = 'queued' AND NEW.state IN ('leased', 'ended'))
+             OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NEW.head AND NOT OLD.head)
+             OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended')))
+        AND NEW.epoch = OLD.epoch + (OLD.state = 'queued' AND NEW.state = 'leased')::integer
+        AND (NEW.holder IS NOT DISTINCT FROM OLD.holder OR NEW.state = 'queued'
+             OR (OLD.state = 'queued' AND NEW.state = 'leased'))
+        AND (NEW.attempt = OLD.attempt
+             OR (OLD.state = 'leased' AND NEW.state = 'queued' AND NEW.attempt = OLD.attempt + 1))
+        AND CASE NEW.state
+            WHEN 'leased' THEN NEW.leased_until IS NOT NULL AND NEW.holder IS NOT NULL
+                AND NEW.end_reason IS NULL AND NEW.ended_at IS NULL
+            WHEN 'queued' THEN NEW.leased_until IS NULL AND NEW.holder IS NULL
+                AND NEW.end_reason IS NULL AND NEW.ended_at IS NULL
+            ELSE NEW.ended_at IS NOT NULL AND NEW.leased_until IS NULL
+                AND NEW.end_reason IN ('completed', 'cancelled', 'failed', 'retries_exhausted', 'not_retryable', 'deadline_exceeded', 'continued') END, false))
+    EXECUTE FUNCTION guard_agent_run();
+CREATE TRIGGER guard_agent_run_insert BEFORE INSERT ON agent_run FOR EACH ROW
+    WHEN (NOT COALESCE(NEW.state = 'queued' AND NEW.lease > interval '0' AND NEW.leased_until IS NULL
+                AND NEW.holder IS NULL AND NEW.end_reason IS NULL AND NEW.ended_at IS NULL, false))
+    EXECUTE FUNCTION guard_agent_run();
+
+-- Fired only by an UPDATE that names one of these columns: claims, renewals, ends, requeues and
+-- take-backs name none of them, so they never call it (PostgreSQL decides from the statement's
+-- target list, before any row is read).
+CREATE FUNCTION refuse_agent_run_frozen() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'agent_run %: a run keeps the payload, band, queue order, enqueue time, '
+        'lease, deadline and continuation it was enqueued with (it is %)', OLD.id, OLD.state
+        USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_frozen';
+END
+$$;
+
+CREATE TRIGGER guard_agent_run_frozen
+    BEFORE UPDATE OF payload, band, seq, enqueued_at, lease, deadline_at, continues
+    ON agent_run FOR EACH ROW EXECUTE FUNCTION refuse_agent_run_frozen();
+
+CREATE FUNCTION refuse_agent_run_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+BEGIN
+    RAISE EXCEPTION 'agent_run %: only an ended run is deleted, not a % one', OLD.id, OLD.state
+        USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_delete';
+END
+$$;
+
+CREATE TRIGGER guard_agent_run_delete BEFORE DELETE ON agent_run
+    FOR EACH ROW WHEN (OLD.state <> 'ended') EXECUTE FUNCTION refuse_agent_run_delete();
