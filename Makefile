@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 LINTED := src tests examples $(wildcard bench migrations)
 
-.PHONY: demo test lint typecheck imports unit install clean bench depth faults
+.PHONY: demo test test-server test-pooler lint typecheck imports unit install clean bench depth faults
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -42,6 +42,20 @@ endif
 
 unit: install
 	$(BIN)/pytest -q tests/unit
+
+# The server matrix (.ci/servers runs both): the PostgreSQL tiers on the server that
+# AGENTRUNS_TEST_DATABASE_URL names (a non-superuser role with CREATEDB and CREATEROLE), and the
+# contract suite's PostgreSQL half through a transaction-mode pooler (its URL with
+# ?agentruns_pooler=transaction).
+PG_TIERS := tests/postgres tests/contract tests/e2e tests/examples
+
+test-server: install
+	@test -n "$$AGENTRUNS_TEST_DATABASE_URL" || { echo "make test-server: set AGENTRUNS_TEST_DATABASE_URL" >&2; exit 2; }
+	$(BIN)/pytest -q $(PG_TIERS)
+
+test-pooler: install
+	@test -n "$$AGENTRUNS_TEST_DATABASE_URL" || { echo "make test-pooler: set AGENTRUNS_TEST_DATABASE_URL" >&2; exit 2; }
+	$(BIN)/pytest -q tests/contract -k postgres
 
 clean:
 	rm -rf $(VENV) .mypy_cache .pytest_cache .ruff_cache

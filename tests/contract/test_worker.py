@@ -70,6 +70,31 @@ def other_worker(backend: Backend, runs: AgentRuns, kinds: RunKinds, holder: str
     return Worker(runs, kinds, backend.stores.notifier, random.Random(1), holder=holder)
 
 
+async def test_a_worker_claims_only_the_kinds_it_can_run(
+    backend: Backend, kinds: RunKinds, rng: random.Random
+) -> None:
+    """A run of a kind the worker does not know stays queued for a worker that does, whether
+    the database has seen other kinds (the kinds claim) or not (the lanes serve)."""
+
+    async def steps(run: AgentRun) -> AsyncIterator[StepEvent]:
+        yield StepEvent("step", {"index": 0})
+
+    enqueuer = AgentRuns(backend.stores, kinds, rng)
+    await enqueuer.enqueue("chat", workspace="acme", subject="known")
+    await enqueuer.enqueue("review", workspace="globex", subject="unknown")
+    mine = RunKinds([RunKind(policy("chat"), steps), RunKind(policy("later"), steps)])
+    runs = AgentRuns(backend.stores, mine, rng)
+    worker = Worker(runs, mine, backend.stores.notifier, rng, holder="chat-only")
+    assert await within(worker.claim_and_drive(limit=10)) == 1
+    assert await within(worker.claim_and_drive(limit=10)) == 0
+    [review] = (await enqueuer.list_runs(kind="review")).runs
+    assert review.state is AgentRunState.QUEUED
+    # Every kind the database has seen is known here: the lane claim serves, still only these.
+    everyone = Worker(enqueuer, kinds, backend.stores.notifier, rng, holder="all")
+    assert await within(everyone.claim_and_drive(limit=10)) == 1
+    assert (await enqueuer.get(review.id)).end_reason is TerminationReason.COMPLETED
+
+
 async def test_the_lease_is_renewed_at_every_step_boundary(
     runs: AgentRuns, worker: Worker, kinds: RunKinds, backend: Backend
 ) -> None:

@@ -307,7 +307,10 @@ class Worker:
             task.cancel()
 
     async def _claim_now(self, limit: int) -> list[AgentRun]:
-        return await self._runs.claim(self.holder, limit=limit, kinds=self._only_kinds)
+        # Only what this worker can run: its given kinds, else every kind registered now (a
+        # kind is registered before workers start). With no kind at all it claims nothing.
+        kinds = self._only_kinds if self._only_kinds is not None else self._kinds.names()
+        return await self._runs.claim(self.holder, limit=limit, kinds=kinds)
 
     async def _claim(self, limit: int) -> tuple[list[AgentRun], float]:
         started = time.perf_counter()

@@ -63,6 +63,14 @@ agent_workspace_delta = Table(
     Column("bands", SmallInteger, nullable=False, server_default=text("0")),
 )
 
+# Every kind ever enqueued (the inserting statement's trigger adds it): a worker that knows them
+# all claims through the lanes (ADRs/0021).
+agent_kind = Table(
+    "agent_kind",
+    metadata,
+    Column("name", Text, primary_key=True),
+)
+
 agent_budget_hold = Table(
     "agent_budget_hold",
     metadata,

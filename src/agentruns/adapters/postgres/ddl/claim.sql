@@ -29,9 +29,14 @@ CREATE FUNCTION agent_claim(
 -- Every read here goes through an index: a sequential scan of the lanes or the runs would make
 -- the claim's cost grow with them, whatever the planner thinks of a generic plan's row counts;
 -- and statistics taken while the lanes were still empty (after a bulk load, before the first
--- fold) made the lane walk a bitmap scan of every lane and a sort.
+-- fold) made the lane walk a bitmap scan of every lane and a sort. Before PostgreSQL 18 a
+-- disabled node adds 1e10 to a plan's cost, past jit_above_cost: without jit = off every claim
+-- JIT-compiled its plan on a packaged server (about 530 ms). The search_path is the migration's,
+-- so the names below resolve in agentruns' schema whoever calls (ADRs/0021).
 SET enable_seqscan = off
 SET enable_bitmapscan = off
+SET jit = off
+SET search_path FROM CURRENT
 AS $$
 #variable_conflict use_column
 DECLARE

@@ -4,7 +4,9 @@
 -- event's run to fence it anyway, and refuses an event whose run does not exist; a deleted run's
 -- events go with it through agent_run_gone, as the key's cascade took them.
 
-CREATE FUNCTION refuse_agent_run_event_rewrite() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION refuse_agent_run_event_rewrite() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 BEGIN
     RAISE EXCEPTION 'agent_run_event %/%: events are append-only', OLD.run_id, OLD.seq
         USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_event';
@@ -25,6 +27,8 @@ CREATE FUNCTION guard_agent_run_event_insert() RETURNS trigger LANGUAGE plpgsql
 SET enable_seqscan = off
 SET enable_hashjoin = off
 SET enable_mergejoin = off
+SET jit = off
+SET search_path FROM CURRENT
 AS $$
 DECLARE
     mine xid := pg_current_xact_id()::xid;
@@ -59,7 +63,10 @@ CREATE TRIGGER guard_agent_run_event_insert AFTER INSERT ON agent_run_event
 
 -- Events go with their run (the run is gone by then) or after it ended: one check per deleting
 -- statement, so a purge pays one probe per run.
-CREATE FUNCTION guard_agent_run_event_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION guard_agent_run_event_delete() RETURNS trigger LANGUAGE plpgsql
+SET jit = off
+SET search_path FROM CURRENT
+AS $$
 BEGIN
     IF EXISTS (SELECT 1 FROM gone g JOIN agent_run r ON r.id = g.run_id
                WHERE r.state <> 'ended') THEN
@@ -74,7 +81,10 @@ CREATE TRIGGER guard_agent_run_event_delete AFTER DELETE ON agent_run_event
     REFERENCING OLD TABLE AS gone
     FOR EACH STATEMENT EXECUTE FUNCTION guard_agent_run_event_delete();
 
-CREATE FUNCTION agent_run_gone() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION agent_run_gone() RETURNS trigger LANGUAGE plpgsql
+SET jit = off
+SET search_path FROM CURRENT
+AS $$
 BEGIN
     DELETE FROM agent_run_event e WHERE e.run_id IN (SELECT g.id FROM gone_runs g);
     RETURN NULL;

@@ -21,7 +21,9 @@
 
 -- One expression accepts a legal write (the triggers' WHEN conditions below are its two halves);
 -- the rules are told apart, in order, only for a write it refuses.
-CREATE FUNCTION guard_agent_run() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION guard_agent_run() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 DECLARE
     legal boolean;
     claim boolean;
@@ -131,7 +133,9 @@ CREATE TRIGGER guard_agent_run_insert BEFORE INSERT ON agent_run FOR EACH ROW
 -- Fired only by an UPDATE that names one of these columns: claims, renewals, ends, requeues and
 -- take-backs name none of them, so they never call it (PostgreSQL decides from the statement's
 -- target list, before any row is read).
-CREATE FUNCTION refuse_agent_run_frozen() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION refuse_agent_run_frozen() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 BEGIN
     RAISE EXCEPTION 'agent_run %: a run keeps the payload, band, queue order, enqueue time, '
         'lease, deadline and continuation it was enqueued with (it is %)', OLD.id, OLD.state
@@ -143,7 +147,9 @@ CREATE TRIGGER guard_agent_run_frozen
     BEFORE UPDATE OF payload, band, seq, enqueued_at, lease, deadline_at, continues
     ON agent_run FOR EACH ROW EXECUTE FUNCTION refuse_agent_run_frozen();
 
-CREATE FUNCTION refuse_agent_run_delete() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION refuse_agent_run_delete() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 BEGIN
     RAISE EXCEPTION 'agent_run %: only an ended run is deleted, not a % one', OLD.id, OLD.state
         USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_delete';

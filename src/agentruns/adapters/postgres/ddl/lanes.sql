@@ -43,7 +43,10 @@ CREATE INDEX ix_agent_workspace_b2 ON agent_workspace (leased, h2_due, h2_seq)
 -- else can change until this transaction ends), never to the version the statement's snapshot
 -- saw: another folder may have committed a newer one in between. agent_claim runs the same
 -- statement inline.
-CREATE FUNCTION agent_lane_fold() RETURNS void LANGUAGE sql AS $$
+CREATE FUNCTION agent_lane_fold() RETURNS void LANGUAGE sql
+SET jit = off
+SET search_path FROM CURRENT
+AS $$
 
     WITH locked AS MATERIALIZED (
         SELECT l.id, l.leased
@@ -91,12 +94,16 @@ $$;
 -- A new run is its subject's head when the subject has none; the subject's advisory lock orders
 -- it against a head that ends at the same time (see agent_run_moved).
 CREATE FUNCTION agent_subject_lock(workspace text, subject text) RETURNS void
-LANGUAGE sql AS $$
+LANGUAGE sql
+SET search_path FROM CURRENT
+AS $$
     SELECT pg_advisory_xact_lock(hashtext('agentruns.subject'),
                                  hashtext(workspace || chr(31) || subject))
 $$;
 
-CREATE FUNCTION agent_run_enqueued() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION agent_run_enqueued() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 BEGIN
     PERFORM agent_subject_lock(NEW.workspace, NEW.subject);
     NEW.head := NOT EXISTS (
@@ -109,10 +116,16 @@ $$;
 CREATE TRIGGER agent_run_enqueued BEFORE INSERT ON agent_run
     FOR EACH ROW EXECUTE FUNCTION agent_run_enqueued();
 
--- Once per inserting statement: the workspaces' rows, the new heads' lanes, the wake-up.
-CREATE FUNCTION agent_run_inserted() RETURNS trigger LANGUAGE plpgsql AS $$
+-- Once per inserting statement: the workspaces' rows, the kinds seen (a worker that knows them
+-- all claims through the lanes: ADRs/0021), the new heads' lanes, the wake-up.
+CREATE FUNCTION agent_run_inserted() RETURNS trigger LANGUAGE plpgsql
+SET jit = off
+SET search_path FROM CURRENT
+AS $$
 BEGIN
     INSERT INTO agent_workspace (id) SELECT DISTINCT workspace FROM inserted
+        ON CONFLICT DO NOTHING;
+    INSERT INTO agent_kind (name) SELECT DISTINCT kind FROM inserted
         ON CONFLICT DO NOTHING;
     INSERT INTO agent_workspace_delta (workspace, bands)
         SELECT workspace, bit_or(1 << band)::smallint FROM inserted WHERE head
@@ -132,7 +145,10 @@ CREATE TRIGGER agent_run_inserted AFTER INSERT ON agent_run REFERENCING NEW TABL
 -- every queued row version, old or new (a renewal adds nothing and writes no row). A subject's
 -- next run is promoted when one of its runs ended; the promotion itself checks that the subject
 -- has no head left.
-CREATE FUNCTION agent_run_moved() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION agent_run_moved() RETURNS trigger LANGUAGE plpgsql
+SET jit = off
+SET search_path FROM CURRENT
+AS $$
 BEGIN
     IF pg_trigger_depth() > 1 THEN
         RETURN NULL;  -- the promotions below: their lanes are told already
@@ -185,7 +201,9 @@ CREATE TRIGGER agent_run_moved AFTER UPDATE ON agent_run
     FOR EACH STATEMENT EXECUTE FUNCTION agent_run_moved();
 
 -- A writer that ends a head without saying so still leaves the subject to its next run.
-CREATE FUNCTION agent_run_unhead() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION agent_run_unhead() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 BEGIN
     NEW.head := false;
     RETURN NEW;
@@ -196,7 +214,9 @@ CREATE TRIGGER agent_run_unhead BEFORE UPDATE ON agent_run
     FOR EACH ROW WHEN (NEW.state = 'ended' AND NEW.head) EXECUTE FUNCTION agent_run_unhead();
 
 -- A requeue or a take-back gives a run back to the queue: wake the claimers.
-CREATE FUNCTION agent_run_requeued() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION agent_run_requeued() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 BEGIN
     PERFORM pg_notify('agent_run', NEW.workspace);
     RETURN NULL;

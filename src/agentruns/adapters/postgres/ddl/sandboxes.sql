@@ -8,7 +8,9 @@ CREATE INDEX ix_agent_sandbox_deleting ON agent_sandbox (requested_at)
     WHERE state = 'deleting';
 
 -- A first call is recorded once, and the last use never moves back.
-CREATE FUNCTION guard_agent_sandbox() RETURNS trigger LANGUAGE plpgsql AS $$
+CREATE FUNCTION guard_agent_sandbox() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
 BEGIN
     IF TG_OP = 'INSERT' THEN
         IF NEW.state <> 'requested' THEN
