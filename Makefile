@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 LINTED := src tests examples $(wildcard bench migrations)
 
-.PHONY: demo test test-server test-pooler lint typecheck imports unit install clean bench depth faults
+.PHONY: demo test test-server test-pooler lint typecheck imports unit install clean bench depth faults servers
 
 $(BIN)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -74,3 +74,7 @@ depth: install
 
 faults: install
 	$(BIN)/python -m bench.faults $(FAULTS_ARGS)
+
+# The embedded server against another (SERVERS_ARGS="--url postgresql://..."): bench/servers.py.
+servers: install
+	$(BIN)/python -m bench.servers $(SERVERS_ARGS)
