@@ -232,10 +232,14 @@ async def execute(tx: Transaction, statement: TextClause, params: Mapping[str, A
 
 
 # Through a transaction pooler the plan_cache_mode SETs are skipped: a session SET would land
-# on a server connection that another client gets next. Nothing is lost that mattered there:
-# without prepared statements every statement is unnamed and planned afresh at each execution,
-# with its parameters, so plan_cache_mode (which chooses among a prepared statement's plans)
-# has nothing to decide. What a pooler costs is that planning, on every claim.
+# on a server connection that another client gets next. That is acceptable: without prepared
+# statements every statement the adapter sends is unnamed, parsed and planned afresh at each
+# execution with its parameters, so plan_cache_mode (which chooses among a prepared
+# statement's plans) has nothing to decide for them. The statements inside agent_claim (a
+# plpgsql function, whose plans each server connection caches) then follow the server's own
+# plan_cache_mode: a custom plan for their first five runs on it, as PostgreSQL does by
+# default. An operator who wants the generic plan there sets it on agentruns' role
+# (ALTER ROLE ... SET plan_cache_mode = force_generic_plan), which a pooler cannot leak.
 _PLAN_ONCE = "SET plan_cache_mode = force_generic_plan"
 
 
