@@ -91,6 +91,7 @@ _HOMES: dict[str, str] = {
     "InvalidToken": "agentruns.domain.errors",
     "StoreUnavailable": "agentruns.domain.errors",
     "TransactionConflict": "agentruns.domain.errors",
+    "DatabaseTimeout": "agentruns.domain.errors",
     # Schedules declared with the kinds, and the scheduler any replica runs (ADRs/0015)
     "Schedule": "agentruns.domain.schedule",
     "Schedules": "agentruns.domain.schedule",
@@ -202,6 +203,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
     )
     from agentruns.domain.errors import (
         AgentRunsError as AgentRunsError,
+        DatabaseTimeout as DatabaseTimeout,
         IllegalTransition as IllegalTransition,
         InvalidBand as InvalidBand,
         InvalidDuration as InvalidDuration,

@@ -47,6 +47,7 @@ PUBLIC = [
     "Clock",
     "ConfigurationError",
     "ConsoleAccess",
+    "DatabaseTimeout",
     "FailureClass",
     "FailureRecord",
     "FallbackChainExhausted",

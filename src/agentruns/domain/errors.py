@@ -20,7 +20,8 @@
     │   ├── SandboxNotLive           the sandbox is DELETING or gone
     │   └── InvalidToken             a token that is missing, forged, expired or revoked
     └── StoreUnavailable             the database could not be reached or answered with an error
-        └── TransactionConflict      a deadlock or serialization failure: retrying may succeed
+        ├── TransactionConflict      a deadlock or serialization failure: retrying may succeed
+        └── DatabaseTimeout          a statement ran past its time bound and was cancelled
 
 Adapters translate their driver's errors into this tree (``raise ... from exc``), and the memory
 and PostgreSQL adapters raise the same exception for the same conflict.
@@ -118,3 +119,13 @@ class StoreUnavailable(AgentRunsError):
 class TransactionConflict(StoreUnavailable):
     """The database aborted the transaction to break a deadlock or a serialization conflict;
     nothing it wrote stays, and running it again may succeed."""
+
+
+class DatabaseTimeout(StoreUnavailable):
+    """A statement ran past its time bound (a ``statement_timeout``, a ``lock_timeout``, or the
+    client's own bound) and was cancelled; its transaction wrote nothing. ``seconds`` is the
+    bound, when known. Retrying later may succeed: something held the database up."""
+
+    def __init__(self, message: str, seconds: float | None = None) -> None:
+        super().__init__(message)
+        self.seconds = seconds

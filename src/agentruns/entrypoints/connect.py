@@ -15,12 +15,13 @@ connected until :func:`connect` is awaited or entered.
 from __future__ import annotations
 
 import asyncio
+import logging
 import random
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import TracebackType
-from typing import Self
+from typing import TYPE_CHECKING, Self
 
 from agentruns.adapters.embedded import EmbeddedPostgres
 from agentruns.app.family import AdapterFamily
@@ -39,7 +40,12 @@ from agentruns.entrypoints import container as composition
 from agentruns.entrypoints.container import AgentRunsContainer, SandboxHosting, default_holder
 from agentruns.entrypoints.settings import AgentRunsSettings
 
+if TYPE_CHECKING:
+    from agentruns.adapters.postgres.connections import ConnectionOptions
+
 DEFAULT_DATA_DIR = Path(".agentruns/pgdata")
+
+log = logging.getLogger("agentruns.connect")
 
 
 class AgentRunsClient:
@@ -181,6 +187,7 @@ class Connecting:
     data_dir: Path | None
     sandboxes: SandboxHosting | None
     gateway_url: str
+    application_name: str = "agentruns"
     _client: AgentRunsClient | None = field(default=None, init=False)
 
     def __await__(self) -> Generator[object, None, AgentRunsClient]:
@@ -211,17 +218,24 @@ class Connecting:
         if url is None:
             server = EmbeddedPostgres(self.data_dir or DEFAULT_DATA_DIR)
             url = await asyncio.to_thread(server.start)
+        options = composition.connection_options(settings, self.application_name)
         try:
             # The embedded server is a private development database: migrate it by default.
             # A server the caller names is migrated only when asked, and checked otherwise.
             migrating = self.migrate if self.migrate is not None else server is not None
             if migrating:
-                await asyncio.to_thread(composition.upgrade_database, url)
+                await asyncio.to_thread(
+                    composition.upgrade_database,
+                    url,
+                    settings,
+                    options=options,
+                    retrying=log.warning,
+                )
             else:
-                await asyncio.to_thread(_check_schema, url)
+                await asyncio.to_thread(_check_schema, url, options)
             from agentruns.adapters.postgres import PostgresFamily
 
-            family = PostgresFamily(url, self.clock, pool_size=pool_size)
+            family = PostgresFamily(url, self.clock, pool_size=pool_size, options=options)
         except BaseException:
             if server is not None:
                 await asyncio.to_thread(server.stop)
@@ -249,9 +263,9 @@ class Connecting:
         return AgentRunsClient(built, url=url, server=server)
 
 
-def _check_schema(url: str) -> None:
+def _check_schema(url: str, options: ConnectionOptions) -> None:
     try:
-        composition.check_database(url)
+        composition.check_database(url, options)
     except StoreUnavailable as refused:
         raise StoreUnavailable(f"{refused} (or connect with migrate=True)") from None
 
@@ -268,6 +282,7 @@ def connect(
     data_dir: str | Path | None = None,
     sandboxes: SandboxHosting | None = None,
     gateway_url: str = "",
+    application_name: str = "agentruns",
 ) -> Connecting:
     """agentruns on the PostgreSQL at ``url``, ready to use once awaited or entered.
 
@@ -284,6 +299,11 @@ def connect(
     - ``family``: an adapter family to use instead of PostgreSQL (for instance
       ``MemoryFamily(clock)``); then no URL.
     - ``sandboxes`` and ``gateway_url``: the host's sandbox kinds, keys and claims adapter.
+    - ``application_name``: what the client's connections are called in ``pg_stat_activity``
+      (cut to 63 bytes), so an operator sees which process holds them.
+
+    The settings' ``pooler``, ``listen_url`` and ``statement_timeout`` shape the connections
+    (README, "In production").
     """
     registry = kinds if isinstance(kinds, RunKinds) else RunKinds(kinds)
     return Connecting(
@@ -297,4 +317,5 @@ def connect(
         data_dir=None if data_dir is None else Path(data_dir),
         sandboxes=sandboxes,
         gateway_url=gateway_url,
+        application_name=application_name,
     )

@@ -16,10 +16,12 @@ from __future__ import annotations
 import asyncio
 import random
 import socket
+import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass
+from datetime import timedelta
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -43,11 +45,12 @@ from agentruns.app.schedules import AgentSchedules
 from agentruns.app.tracing import NoTracing, Tracing
 from agentruns.app.worker import Worker
 from agentruns.domain.backoff import RandomSource
-from agentruns.domain.errors import StoreUnavailable
+from agentruns.domain.errors import DatabaseTimeout, StoreUnavailable
 from agentruns.domain.sandbox import SandboxTimings
 from agentruns.entrypoints.settings import AgentRunsSettings
 
 if TYPE_CHECKING:
+    from agentruns.adapters.postgres.connections import ConnectionOptions
     from agentruns.adapters.prometheus import MetricsServer
     from agentruns.adapters.tokens import SigningKey
 
@@ -56,11 +59,52 @@ if TYPE_CHECKING:
 # prometheus-client.
 
 
-def postgres_family(url: str | None, pool_size: int) -> AdapterFamily:
+def postgres_family(
+    url: str | None, pool_size: int, options: ConnectionOptions | None = None
+) -> AdapterFamily:
     """The PostgreSQL family at ``url``: every time decision on the database clock."""
     from agentruns.adapters.postgres import PostgresFamily
 
-    return PostgresFamily(url, None, pool_size=pool_size)
+    return PostgresFamily(url, None, pool_size=pool_size, options=options)
+
+
+# -- connections ------------------------------------------------------------------------------
+
+# The processes a connection names (pg_stat_activity's application_name); any other is
+# plain "agentruns" (a host's own process, through agentruns.connect).
+PROCESSES = ("worker", "reaper", "console", "gateway", "scheduler", "cli")
+
+
+def process_name(process: str | None = None, holder: str | None = None) -> str:
+    """What a process's connections are named: ``agentruns-worker:host:1a2b3c4d`` for a
+    worker and its holder, ``agentruns-cli``, or ``agentruns`` for any other (cut to 63 bytes
+    where they connect)."""
+    name = f"agentruns-{process}" if process in PROCESSES else "agentruns"
+    return name if not holder else f"{name}:{holder}"
+
+
+def _seconds(bound: timedelta) -> float | None:
+    """A time bound of the settings in seconds; 0 (or less) is no bound."""
+    seconds = bound.total_seconds()
+    return seconds if seconds > 0 else None
+
+
+def connection_options(
+    settings: AgentRunsSettings, name: str = "agentruns", *, bounded_reads: bool = False
+) -> ConnectionOptions:
+    """The connections of a process named ``name``, from the settings: the pooler, the
+    listener's URL, the statement bound on every statement, and with ``bounded_reads`` (the
+    console and the command line) the read timeout on every transaction."""
+    from agentruns.adapters.postgres.connections import ConnectionOptions
+
+    return ConnectionOptions(
+        application_name=name,
+        pooler=settings.pooler,
+        statement_bound=_seconds(settings.statement_timeout),
+        local_statement_timeout=_seconds(settings.read_timeout) if bounded_reads else None,
+        listen_url=settings.listen_url,
+        poll_interval=settings.poll_interval.total_seconds(),
+    )
 
 
 def prometheus_metrics() -> Metrics:
@@ -101,6 +145,10 @@ class AgentRunsContainer(containers.DeclarativeContainer):
     rng = providers.Singleton(random.Random)
     kinds = providers.Singleton(RunKinds)
 
+    # How the process's PostgreSQL connections are named and bounded: the command line
+    # overrides it per command (support.postgres_container).
+    connections = providers.Singleton(connection_options, settings)
+
     # The profile is chosen once: a family gives every store over one shared scope.
     family: providers.Provider[AdapterFamily] = providers.Selector(
         profile,
@@ -112,6 +160,7 @@ class AgentRunsContainer(containers.DeclarativeContainer):
             pool_size=providers.Callable(
                 lambda settings: settings.worker_concurrency + 2, settings
             ),
+            options=connections,
         ),
     )
     stores = family.provided.stores
@@ -289,23 +338,52 @@ def use_postgres(container: AgentRunsContainer, url: str) -> None:
     container.profile.override("postgres")
 
 
-def upgrade_database(url: str) -> str:
-    """Migrate the schema at ``url`` to the newest revision; that revision."""
+def upgrade_database(
+    url: str,
+    settings: AgentRunsSettings | None = None,
+    *,
+    options: ConnectionOptions | None = None,
+    retrying: Callable[[str], None] | None = None,
+    sleep: Callable[[float], None] = time.sleep,
+) -> str:
+    """Migrate the schema at ``url`` to the newest revision; that revision.
+
+    Under the settings' ``migration_lock_timeout``: a migration that would wait longer for a
+    lock (a long transaction reading a table it alters) gives up and rolls back rather than
+    queue every client of the table behind it, then tries again after 1, 2, 4... seconds, up
+    to ``migration_attempts`` in all; ``retrying`` is told each time, in one line."""
     from agentruns.adapters.postgres import admin
 
-    return admin.upgrade(url)
+    config = settings or AgentRunsSettings()
+    lock_timeout = _seconds(config.migration_lock_timeout)
+    attempts = config.migration_attempts
+    for attempt in range(1, attempts + 1):
+        try:
+            return admin.upgrade(url, lock_timeout=lock_timeout, options=options)
+        except DatabaseTimeout as waited:
+            if attempt == attempts:
+                raise DatabaseTimeout(
+                    f"{waited} (attempt {attempt} of {attempts}; "
+                    "AGENTRUNS_MIGRATION_LOCK_TIMEOUT and AGENTRUNS_MIGRATION_ATTEMPTS)",
+                    waited.seconds,
+                ) from waited
+            delay = float(min(2 ** (attempt - 1), 30))
+            if retrying is not None:
+                retrying(f"{waited}; attempt {attempt} of {attempts}, trying again in {delay:g} s")
+            sleep(delay)
+    raise AssertionError("unreachable: the last attempt returns or raises")
 
 
-def database_revision(url: str) -> tuple[str | None, str]:
+def database_revision(url: str, options: ConnectionOptions | None = None) -> tuple[str | None, str]:
     """The schema's current revision at ``url`` (``None``: never migrated) and the newest."""
     from agentruns.adapters.postgres import admin
 
-    return admin.schema_revision(url)
+    return admin.schema_revision(url, options)
 
 
-def check_database(url: str) -> None:
+def check_database(url: str, options: ConnectionOptions | None = None) -> None:
     """Raise a one-line :class:`StoreUnavailable` unless ``url`` answers with a migrated schema."""
-    current, head = database_revision(url)
+    current, head = database_revision(url, options)
     if current is None:
         raise StoreUnavailable(
             "the database has no agentruns schema yet: run `agentruns db upgrade`"
@@ -342,15 +420,16 @@ def serve_metrics(
         raise TypeError("only the Prometheus metrics backend can be served")
     url = container.settings().database_url
     if container.profile() == "postgres" and url:
-        return serve(metrics, port, host, health=lambda: database_health(url))
+        options = container.connections()
+        return serve(metrics, port, host, health=lambda: database_health(url, options))
     return serve(metrics, port, host)
 
 
-def database_health(url: str) -> None:
+def database_health(url: str, options: ConnectionOptions | None = None) -> None:
     """Return if the database at ``url`` answers a query now; raise StoreUnavailable if not."""
     from agentruns.adapters.postgres import admin
 
-    admin.ping(url)
+    admin.ping(url, options=options)
 
 
 # Sandboxes for the commands: the gateway and the reaper take what only the host knows from one

@@ -16,7 +16,8 @@ Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
 
 
 class AgentRunsSettings(BaseSettings):
-    """Durations accept seconds, ``30s``/``10m``/``2h``/``7d``/``1h30m``, or ISO 8601 (``PT30S``).
+    """Durations accept seconds, ``30s``/``10m``/``2h``/``7d``/``1h30m``, or ISO 8601 (``PT30S``);
+    a time bound of 0 means none.
 
     Nothing reads the environment elsewhere; importing agentruns reads nothing. A kind's lease,
     retry budget and backoff are its own (:class:`~agentruns.domain.kinds.RunKindPolicy`, in
@@ -51,3 +52,19 @@ class AgentRunsSettings(BaseSettings):
     console_token: SecretStr | None = None
     console_user: str | None = None
     console_password: SecretStr | None = None
+    # Connections (README, "In production"). `transaction`: a transaction-pooling PgBouncer (or
+    # the like) is in front of the server, so nothing is prepared and nothing SET per session;
+    # the URL may say so too (?agentruns_pooler=transaction, which overrides this). LISTEN needs
+    # a session: listen_url is a direct URL for the wake-ups (without it, workers poll).
+    pooler: Literal["none", "transaction"] = "none"
+    listen_url: str | None = Field(
+        default=None, description="Direct (non-pooled) URL the wake-up listener connects to."
+    )
+    # Time bounds. The console's and the command line's transactions run under a server-side
+    # statement_timeout (SET LOCAL); every statement agentruns runs, in any process, under a
+    # bound the client times and cancels on the server; `db upgrade` under a lock_timeout,
+    # tried again after 1, 2, 4... seconds, up to migration_attempts in all.
+    read_timeout: Duration = timedelta(seconds=10)
+    statement_timeout: Duration = timedelta(seconds=30)
+    migration_lock_timeout: Duration = timedelta(seconds=5)
+    migration_attempts: PositiveInt = 5

@@ -22,6 +22,7 @@ import psycopg
 from sqlalchemy import make_url
 
 from agentruns.adapters.embedded import EmbeddedPostgres
+from agentruns.adapters.postgres.connections import libpq_url
 from agentruns.adapters.postgres.migrate import MigrationChain, migrate
 
 TEMPLATE_PREFIX = "agentruns_template"
@@ -34,7 +35,13 @@ def with_database(url: str, database: str) -> str:
 
 
 def _admin(url: str) -> psycopg.Connection[tuple[object, ...]]:
-    return psycopg.connect(with_database(url, "postgres"), autocommit=True)
+    # libpq_url: a server URL may carry agentruns_pooler=, which libpq refuses; the databases'
+    # URLs keep it, so the tests' stores honour it.
+    return psycopg.connect(
+        libpq_url(with_database(url, "postgres")),
+        autocommit=True,
+        application_name="agentruns-testing",
+    )
 
 
 @contextlib.contextmanager

@@ -6,6 +6,7 @@
 
 from __future__ import annotations
 
+from agentruns.adapters.postgres.connections import ConnectionOptions
 from agentruns.adapters.postgres.database import PostgresDatabase, PostgresTransaction
 from agentruns.adapters.postgres.migrate import migrate, migrations_path
 from agentruns.adapters.postgres.notifier import PostgresNotifier
@@ -24,16 +25,25 @@ class PostgresFamily(AdapterFamily):
 
     Opens no connection until first used; :meth:`close` disposes of the pool and the listening
     connection. Every time decision is on the database clock unless ``clock`` pins one (tests).
+    ``options`` name the connections and bound them, and say whether a transaction pooler sits
+    in front of the server (the URL's ``agentruns_pooler=`` says so too).
     """
 
-    def __init__(self, url: str | None, clock: Clock | None = None, *, pool_size: int = 5) -> None:
+    def __init__(
+        self,
+        url: str | None,
+        clock: Clock | None = None,
+        *,
+        pool_size: int = 5,
+        options: ConnectionOptions | None = None,
+    ) -> None:
         if not url:
             raise ValueError("the postgres profile needs a database URL (AGENTRUNS_DATABASE_URL)")
-        self.database = PostgresDatabase(url, clock, pool_size=pool_size)
+        self.database = PostgresDatabase(url, clock, pool_size=pool_size, options=options)
         self.runs = PostgresRunStore(self.database)
         self.events = PostgresEventLog(self.database, self.runs)
         self.workspaces = PostgresWorkspaceStore(self.database)
-        self.notifier = PostgresNotifier(url)
+        self.notifier = PostgresNotifier(url, self.database.options)
         self._stores = Stores(
             scope=self.database,
             runs=self.runs,
@@ -67,10 +77,14 @@ class PostgresFamily(AdapterFamily):
 
 
 def make_postgres_stores(
-    url: str | None, clock: Clock | None = None, *, pool_size: int = 5
+    url: str | None,
+    clock: Clock | None = None,
+    *,
+    pool_size: int = 5,
+    options: ConnectionOptions | None = None,
 ) -> Stores:
     """The stores of a fresh :class:`PostgresFamily`; ``close_postgres_stores`` releases them."""
-    return PostgresFamily(url, clock, pool_size=pool_size).stores
+    return PostgresFamily(url, clock, pool_size=pool_size, options=options).stores
 
 
 async def close_postgres_stores(stores: Stores) -> None:
@@ -81,6 +95,7 @@ async def close_postgres_stores(stores: Stores) -> None:
 
 
 __all__ = [
+    "ConnectionOptions",
     "PostgresDatabase",
     "PostgresEventLog",
     "PostgresFamily",

@@ -14,15 +14,20 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import make_url
 from sqlalchemy.exc import ArgumentError
 
-from agentruns.adapters.postgres.database import postgres_url
+from agentruns.adapters.postgres.connections import (
+    ConnectionOptions,
+    libpq_url,
+    postgres_url,
+    url_pooler,
+)
 from agentruns.adapters.postgres.migrate import alembic_config, migrate
-from agentruns.domain.errors import StoreUnavailable
+from agentruns.domain.errors import DatabaseTimeout, StoreUnavailable
 
 _NAME = re.compile(r"^[a-z_][a-z0-9_]{0,62}$")
 
 
-def _parsed(url: str) -> str:
-    """The libpq URL of ``url``, or a one-line error naming what is wrong with it."""
+def _checked(url: str) -> str:
+    """``url`` if it is a PostgreSQL URL, or a one-line error naming what is wrong with it."""
     try:
         parsed = make_url(url)
     except (ArgumentError, ValueError):
@@ -32,7 +37,20 @@ def _parsed(url: str) -> str:
     except ValueError:
         shown = parsed.render_as_string(hide_password=True)
         raise StoreUnavailable(f"the database URL {shown} is not a postgresql:// URL") from None
-    return parsed.set(drivername="postgresql").render_as_string(hide_password=False)
+    try:
+        url_pooler(url)
+    except ValueError as exc:
+        raise StoreUnavailable(str(exc)) from None
+    return url
+
+
+def _parsed(url: str) -> str:
+    """The libpq URL of ``url`` (without agentruns' own parameters), or a one-line error."""
+    return libpq_url(_checked(url))
+
+
+def _named(options: ConnectionOptions | None) -> str:
+    return (options or ConnectionOptions()).application_name
 
 
 def _masked(url: str) -> str:
@@ -49,10 +67,11 @@ def shown_url(url: str) -> str:
 
 
 def with_database(url: str, name: str) -> str:
-    """The URL of database ``name`` on the server of ``url``."""
+    """The URL of database ``name`` on the server of ``url`` (with the same parameters, an
+    ``agentruns_pooler=`` too)."""
     if not _NAME.match(name):
         raise StoreUnavailable(f"not a plain database name: {name!r}")
-    parsed = make_url(_parsed(url))
+    parsed = make_url(_checked(url))
     return parsed.set(database=name).render_as_string(hide_password=False)
 
 
@@ -62,23 +81,31 @@ def _shown(url: str) -> str:
     return f"{host}:{parsed.port or 5432}/{parsed.database or ''}"
 
 
-def connect(url: str) -> psycopg.Connection[tuple[object, ...]]:
-    """A plain autocommit connection, or StoreUnavailable saying why there is none."""
+def connect(
+    url: str, options: ConnectionOptions | None = None
+) -> psycopg.Connection[tuple[object, ...]]:
+    """A plain autocommit connection, or StoreUnavailable saying why there is none. It
+    prepares nothing (psycopg's default waits for a statement's fifth run, which none here
+    reaches), so it works through a transaction pooler as it is."""
     libpq = _parsed(url)
     try:
-        return psycopg.connect(libpq, autocommit=True, connect_timeout=5)
+        return psycopg.connect(
+            libpq, autocommit=True, connect_timeout=5, application_name=_named(options)
+        )
     except psycopg.Error as exc:
         detail = " ".join(str(exc).split()) or type(exc).__name__
         raise StoreUnavailable(f"cannot reach PostgreSQL at {_shown(url)}: {detail}") from exc
 
 
-def ping(url: str, timeout: int = 3) -> None:
+def ping(url: str, timeout: int = 3, options: ConnectionOptions | None = None) -> None:
     """Return if the database answers ``SELECT 1`` within ``timeout`` seconds, else raise
     StoreUnavailable saying why (the health check of a worker or reaper)."""
     libpq = _parsed(url)
     try:
-        with psycopg.connect(libpq, autocommit=True, connect_timeout=timeout) as connection:
-            connection.execute("SELECT 1")
+        with psycopg.connect(
+            libpq, autocommit=True, connect_timeout=timeout, application_name=_named(options)
+        ) as connection:
+            connection.execute("SELECT 1", prepare=False)
     except psycopg.Error as exc:
         detail = " ".join(str(exc).split()) or type(exc).__name__
         raise StoreUnavailable(f"cannot reach PostgreSQL at {_shown(url)}: {detail}") from exc
@@ -91,9 +118,9 @@ def head_revision() -> str:
     return head
 
 
-def schema_revision(url: str) -> tuple[str | None, str]:
+def schema_revision(url: str, options: ConnectionOptions | None = None) -> tuple[str | None, str]:
     """The database's schema revision (``None``: never migrated) and the newest one."""
-    with connect(url) as connection:
+    with connect(url, options) as connection:
         try:
             found = connection.execute("SELECT to_regclass('alembic_version')").fetchone()
             rows = []
@@ -104,22 +131,53 @@ def schema_revision(url: str) -> tuple[str | None, str]:
     return (str(rows[0][0]) if rows else None), head_revision()
 
 
-def upgrade(url: str) -> str:
-    """Migrate to the newest revision; that revision."""
-    connect(url).close()  # a clear error first, rather than one from inside a migration
+def upgrade(
+    url: str, *, lock_timeout: float | None = None, options: ConnectionOptions | None = None
+) -> str:
+    """Migrate to the newest revision; that revision.
+
+    With ``lock_timeout`` (seconds), a lock the migration would wait longer for fails it with
+    :class:`DatabaseTimeout`, and the database stays at the revision it had (the upgrade is
+    one transaction): the caller may try again later."""
+    connect(url, options).close()  # a clear error first, rather than one from inside a migration
     try:
-        migrate(url)
+        migrate(url, lock_timeout=lock_timeout, options=options)
     except Exception as exc:
+        if lock_timeout is not None and _waited_for_a_lock(exc):
+            current, _ = schema_revision(url, options)
+            raise DatabaseTimeout(
+                f"the migration waited more than {lock_timeout:g} s for a lock another "
+                f"transaction holds, and gave up; the schema stays at revision "
+                f"{current or 'none'} (pg_locks and pg_stat_activity show the holder)",
+                lock_timeout,
+            ) from exc
         detail = " ".join(str(exc).split())
         raise StoreUnavailable(f"the migration failed: {detail}") from exc
     return head_revision()
 
 
-def recreate_database(url: str, name: str) -> str:
+def _waited_for_a_lock(exc: BaseException) -> bool:
+    """Whether ``exc``, or an error it wraps or was raised from, is PostgreSQL's lock_timeout."""
+    pending: list[BaseException] = [exc]
+    seen: set[int] = set()
+    while pending:
+        found = pending.pop()
+        if id(found) in seen:
+            continue
+        seen.add(id(found))
+        if isinstance(found, psycopg.errors.LockNotAvailable):
+            return True
+        for inner in (getattr(found, "orig", None), found.__cause__, found.__context__):
+            if isinstance(inner, BaseException):
+                pending.append(inner)
+    return False
+
+
+def recreate_database(url: str, name: str, options: ConnectionOptions | None = None) -> str:
     """Drop database ``name`` (if it exists) and create it empty; its URL."""
     if not _NAME.match(name):
         raise ValueError(f"not a plain database name: {name!r}")
-    with connect(url) as connection:
+    with connect(url, options) as connection:
         try:
             connection.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
             connection.execute(f"CREATE DATABASE {name}")

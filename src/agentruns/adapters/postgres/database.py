@@ -20,14 +20,20 @@ from typing import Any
 import psycopg
 from psycopg.rows import dict_row
 from psycopg_pool import AsyncConnectionPool, PoolTimeout
-from sqlalchemy import URL, TextClause, event, make_url
+from sqlalchemy import TextClause, event
 from sqlalchemy.dialects.postgresql.psycopg import PGDialectAsync_psycopg
 from sqlalchemy.exc import DBAPIError, SQLAlchemyError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 
+from agentruns.adapters.postgres.connections import (
+    ConnectionOptions,
+    libpq_url,
+    sqlalchemy_url,
+)
 from agentruns.app.ports import Clock, Transaction, TransactionScope
 from agentruns.domain.errors import (
     AgentRunsError,
+    DatabaseTimeout,
     IllegalTransition,
     InvalidRequest,
     StoreUnavailable,
@@ -62,33 +68,9 @@ _REFUSALS = {
 }
 
 
-# Schemes that name PostgreSQL: libpq's two, and SQLAlchemy's with any driver after a "+".
-_BACKENDS = ("postgresql", "postgres")
-
-
-def postgres_url(url: str) -> URL:
-    """``url`` parsed, if it names PostgreSQL: ``postgresql://``, ``postgres://`` (as libpq and
-    most hosting providers write it) or ``postgresql+driver://``. ValueError otherwise."""
-    parsed = make_url(url)
-    if parsed.drivername.split("+", 1)[0] not in _BACKENDS:
-        raise ValueError(f"not a PostgreSQL URL: {parsed.render_as_string(hide_password=True)}")
-    return parsed
-
-
-def sqlalchemy_url(url: str) -> str:
-    """A PostgreSQL URL as the async psycopg 3 driver URL SQLAlchemy wants."""
-    parsed = postgres_url(url)
-    return parsed.set(drivername="postgresql+psycopg").render_as_string(hide_password=False)
-
-
-def libpq_url(url: str) -> str:
-    """The plain ``postgresql://`` URL a bare psycopg connection takes."""
-    parsed = postgres_url(url)
-    return parsed.set(drivername="postgresql").render_as_string(hide_password=False)
-
-
-def translate(exc: BaseException) -> AgentRunsError:
-    """The agentruns error a driver error means (the caller raises it ``from exc``)."""
+def translate(exc: BaseException, timeout: float | None = None) -> AgentRunsError:
+    """The agentruns error a driver error means (the caller raises it ``from exc``);
+    ``timeout`` is the statement_timeout the statement ran under, if one was set."""
     orig = exc.orig if isinstance(exc, DBAPIError) else exc
     if isinstance(orig, psycopg.errors.IntegrityError):
         name = orig.diag.constraint_name or ""
@@ -100,6 +82,14 @@ def translate(exc: BaseException) -> AgentRunsError:
         return InvalidRequest(f"PostgreSQL cannot store a value of this request: {orig}")
     if isinstance(orig, (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)):
         return TransactionConflict(f"PostgreSQL aborted a conflicting transaction: {orig}")
+    if isinstance(orig, psycopg.errors.LockNotAvailable):
+        detail = " ".join(str(orig).split())
+        return DatabaseTimeout(f"PostgreSQL gave up waiting for a lock: {detail}")
+    if isinstance(orig, psycopg.errors.QueryCanceled):
+        # A statement_timeout ran out (or someone cancelled the statement).
+        detail = " ".join(str(orig).split())
+        within = "" if timeout is None else f" after {timeout:g} s"
+        return DatabaseTimeout(f"PostgreSQL cancelled a statement{within}: {detail}", timeout)
     return StoreUnavailable(f"PostgreSQL failed: {orig}")
 
 
@@ -114,9 +104,20 @@ class PostgresTransaction(Transaction):
         self,
         connection: AsyncConnection | None,
         driver: psycopg.AsyncConnection[Any] | None = None,
+        *,
+        prepare: bool = True,
+        bound: float | None = None,
+        timeout: float | None = None,
     ) -> None:
         self._connection = connection
         self._driver = driver
+        self.prepare = prepare
+        """Whether the adapter's statements are prepared on the server (not through a
+        transaction pooler)."""
+        self.bound = bound
+        """Seconds each of the adapter's statements may take (the client's bound), or None."""
+        self.timeout = timeout
+        """The transaction's statement_timeout in seconds (SET LOCAL), or None."""
 
     @property
     def connection(self) -> AsyncConnection:
@@ -192,7 +193,20 @@ async def _run(
         raise TypeError("a PostgreSQL store was handed a transaction of another adapter family")
     query, values = bound(statement, params)
     cursor = (await tx.driver()).cursor(row_factory=dict_row)
-    await cursor.execute(query, values, prepare=True)
+    if tx.bound is None:
+        await cursor.execute(query, values, prepare=tx.prepare)
+        return cursor
+    # The client's bound: a cancelled wait makes psycopg cancel the statement on the server
+    # (and wait for it to stop), so neither side is left running it. It costs a timer per
+    # statement, not a round trip, and holds the same through a pooler.
+    try:
+        async with asyncio.timeout(tx.bound):
+            await cursor.execute(query, values, prepare=tx.prepare)
+    except TimeoutError:
+        raise DatabaseTimeout(
+            f"the database did not finish a statement within {tx.bound:g} s: it was cancelled",
+            tx.bound,
+        ) from None
     return cursor
 
 
@@ -206,7 +220,7 @@ async def fetch(tx: Transaction, statement: TextClause, params: Mapping[str, Any
             return []
         return list(await cursor.fetchall())
     except (psycopg.Error, OSError, ValueError) as exc:
-        raise translate(exc) from exc
+        raise translate(exc, getattr(tx, "timeout", None)) from exc
 
 
 async def execute(tx: Transaction, statement: TextClause, params: Mapping[str, Any]) -> int:
@@ -214,12 +228,24 @@ async def execute(tx: Transaction, statement: TextClause, params: Mapping[str, A
     try:
         return (await _run(tx, statement, params)).rowcount
     except (psycopg.Error, OSError, ValueError) as exc:
-        raise translate(exc) from exc
+        raise translate(exc, getattr(tx, "timeout", None)) from exc
+
+
+# Through a transaction pooler the plan_cache_mode SETs are skipped: a session SET would land
+# on a server connection that another client gets next. That is acceptable: without prepared
+# statements every statement the adapter sends is unnamed, parsed and planned afresh at each
+# execution with its parameters, so plan_cache_mode (which chooses among a prepared
+# statement's plans) has nothing to decide for them. The statements inside agent_claim (a
+# plpgsql function, whose plans each server connection caches) then follow the server's own
+# plan_cache_mode: a custom plan for their first five runs on it, as PostgreSQL does by
+# default. An operator who wants the generic plan there sets it on agentruns' role
+# (ALTER ROLE ... SET plan_cache_mode = force_generic_plan), which a pooler cannot leak.
+_PLAN_ONCE = "SET plan_cache_mode = force_generic_plan"
 
 
 async def _configure(connection: psycopg.AsyncConnection[Any]) -> None:
     """A statement connection's settings: as :func:`_plan_once`, on a bare psycopg connection."""
-    await connection.execute("SET plan_cache_mode = force_generic_plan")
+    await connection.execute(_PLAN_ONCE)
 
 
 def _plan_once(dbapi_connection: Any, _record: object) -> None:
@@ -228,7 +254,7 @@ def _plan_once(dbapi_connection: Any, _record: object) -> None:
     indexes chosen whatever the parameters), and PostgreSQL's default plans five custom plans
     per statement and connection before it tries the generic one (ADRs/0011)."""
     cursor = dbapi_connection.cursor()
-    cursor.execute("SET plan_cache_mode = force_generic_plan")
+    cursor.execute(_PLAN_ONCE)
     cursor.close()
     dbapi_connection.commit()
 
@@ -237,7 +263,9 @@ class PostgresDatabase(TransactionScope):
     """An async engine (psycopg 3) and its pool; the transaction scope of the PostgreSQL stores.
 
     ``clock=None`` decides every time on the database clock; a pinned :class:`Clock` (tests) is
-    handed to each statement as its ``now`` instead, with the same SQL text.
+    handed to each statement as its ``now`` instead, with the same SQL text. ``options`` are
+    the process's connection options (its name, the pooler, the time bounds); the URL's
+    ``agentruns_pooler=`` overrides their pooler.
     """
 
     def __init__(
@@ -248,9 +276,11 @@ class PostgresDatabase(TransactionScope):
         pool_size: int = 5,
         max_overflow: int = 10,
         engine: AsyncEngine | None = None,
+        options: ConnectionOptions | None = None,
     ) -> None:
         self.url = url
         self.clock = clock
+        self.options = (options or ConnectionOptions()).on(url)
         # READ COMMITTED whatever the server's default: the head bookkeeping relies on each
         # statement of its triggers seeing every commit before it (ADRs/0004, ADRs/0017).
         self.engine = engine or create_async_engine(
@@ -258,11 +288,18 @@ class PostgresDatabase(TransactionScope):
             pool_size=pool_size,
             max_overflow=max_overflow,
             isolation_level="READ COMMITTED",
-            # Prepare every statement on its first run on a connection (psycopg's default waits
-            # for the fifth): the claim costs more to plan than to run (ADRs/0011).
-            connect_args={"prepare_threshold": 0},
+            connect_args=self.options.connect_kwargs(),
         )
-        event.listen(self.engine.sync_engine, "connect", _plan_once)
+        if self.options.prepares:
+            event.listen(self.engine.sync_engine, "connect", _plan_once)
+        timeout = self.options.local_statement_timeout
+        # Transaction-scoped, so it holds through a transaction pooler and ends with the
+        # transaction (milliseconds: the server's unit, whole so the text stays one literal).
+        self._set_local_timeout = (
+            None
+            if timeout is None
+            else f"SET LOCAL statement_timeout = {max(1, round(timeout * 1000))}"
+        )
         # Autocommitted statements (a claim of plain kinds, a group of ends) check out bare
         # psycopg connections from a small pool of their own, one per event loop: SQLAlchemy's
         # checkout, isolation switch and reset cost more client time than the statement.
@@ -273,22 +310,41 @@ class PostgresDatabase(TransactionScope):
         """The ``now`` bound into statements: the pinned clock's, or None for ``now()``."""
         return None if self.clock is None else self.clock.now()
 
+    def _scope(
+        self,
+        connection: AsyncConnection | None,
+        driver: psycopg.AsyncConnection[Any] | None = None,
+        *,
+        timeout: float | None = None,
+    ) -> PostgresTransaction:
+        return PostgresTransaction(
+            connection,
+            driver,
+            prepare=self.options.prepares,
+            bound=self.options.statement_bound,
+            timeout=timeout,
+        )
+
     @asynccontextmanager
     async def transaction(self) -> AsyncIterator[PostgresTransaction]:
         try:
             async with self.engine.begin() as connection:
-                yield PostgresTransaction(connection)
+                tx = self._scope(connection, timeout=self.options.local_statement_timeout)
+                if self._set_local_timeout is not None:
+                    await (await tx.driver()).execute(self._set_local_timeout, prepare=False)
+                yield tx
         except (SQLAlchemyError, psycopg.Error, OSError) as exc:
             raise translate(exc) from exc
 
     @asynccontextmanager
     async def statement(self) -> AsyncIterator[PostgresTransaction]:
         # Autocommit: psycopg sends no BEGIN and no COMMIT, so a claim or a group end costs one
-        # round trip, as the raw queue's statements do (ADRs/0017).
+        # round trip, as the raw queue's statements do (ADRs/0017). No SET LOCAL here (there is
+        # no transaction to scope it to): the client's bound is what limits these.
         try:
             pool = await self._statement_pool()
             async with pool.connection() as connection:
-                yield PostgresTransaction(None, connection)
+                yield self._scope(None, connection)
         except (psycopg.Error, PoolTimeout, OSError) as exc:
             raise translate(exc) from exc
 
@@ -302,8 +358,8 @@ class PostgresDatabase(TransactionScope):
                 libpq_url(self.url),
                 min_size=1,
                 max_size=self._statement_pool_size,
-                kwargs={"autocommit": True, "prepare_threshold": 0},
-                configure=_configure,
+                kwargs={"autocommit": True, **self.options.connect_kwargs()},
+                configure=_configure if self.options.prepares else None,
                 open=False,
             )
         if pool.closed:

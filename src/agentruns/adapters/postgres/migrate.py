@@ -5,6 +5,11 @@ agentruns' revisions form one linear chain recorded in ``alembic_version``. A ho
 not part of it: a :class:`MigrationChain` is a folder of the host's revisions with a version
 table of its own, run through the same environment after agentruns' schema (ADRs/0013), so
 agentruns' upgrade and revision checks never meet a revision they do not know.
+
+An upgrade is one transaction (every revision of it commits together or not at all). With a
+``lock_timeout`` it gives up on a lock it would wait longer for, rather than queue every
+other client of the table behind its own wait (PostgreSQL grants locks in order: a migration
+waiting for an ACCESS EXCLUSIVE lock stops even the readers that come after it).
 """
 
 from __future__ import annotations
@@ -18,7 +23,7 @@ from alembic import command
 from alembic.config import Config
 from sqlalchemy import create_engine
 
-from agentruns.adapters.postgres.database import sqlalchemy_url
+from agentruns.adapters.postgres.connections import ConnectionOptions, sqlalchemy_url
 
 _PACKAGE = Path(__file__).resolve().parents[2]  # .../agentruns
 CORE_VERSION_TABLE = "alembic_version"
@@ -66,10 +71,21 @@ def alembic_config(chain: MigrationChain | None = None) -> Config:
     return config
 
 
-def migrate(url: str, revision: str = "head", *, chain: MigrationChain | None = None) -> None:
+def migrate(
+    url: str,
+    revision: str = "head",
+    *,
+    chain: MigrationChain | None = None,
+    lock_timeout: float | None = None,
+    options: ConnectionOptions | None = None,
+) -> None:
     """Upgrade the database at ``url`` to ``revision`` (the newest by default): agentruns'
-    schema, or with ``chain`` the host's chain (after agentruns' schema is migrated)."""
-    _run(url, chain, lambda config: command.upgrade(config, revision))
+    schema, or with ``chain`` the host's chain (after agentruns' schema is migrated).
+
+    ``lock_timeout`` (seconds): a lock the upgrade would wait longer for makes it fail (with a
+    ``LockNotAvailable`` from the driver) and roll back whole. ``options``: the connection's
+    name and pooler."""
+    _run(url, chain, lambda config: command.upgrade(config, revision), lock_timeout, options)
 
 
 def downgrade(url: str, revision: str, *, chain: MigrationChain | None = None) -> None:
@@ -77,10 +93,26 @@ def downgrade(url: str, revision: str, *, chain: MigrationChain | None = None) -
     _run(url, chain, lambda config: command.downgrade(config, revision))
 
 
-def _run(url: str, chain: MigrationChain | None, action: Callable[[Config], None]) -> None:
-    engine = create_engine(sqlalchemy_url(url))  # psycopg 3 serves sync and async
+def _run(
+    url: str,
+    chain: MigrationChain | None,
+    action: Callable[[Config], None],
+    lock_timeout: float | None = None,
+    options: ConnectionOptions | None = None,
+) -> None:
+    chosen = (options or ConnectionOptions()).on(url)
+    connect_args: dict[str, object] = {"application_name": chosen.application_name}
+    if not chosen.prepares:
+        # Through a transaction pooler, nothing is prepared: the server connection goes to
+        # another client after the migration's transaction, its prepared statements with it.
+        connect_args["prepare_threshold"] = None
+    engine = create_engine(sqlalchemy_url(url), connect_args=connect_args)  # psycopg 3: sync too
     try:
         with engine.begin() as connection:
+            if lock_timeout is not None:
+                # SET LOCAL: for this transaction only, so it cannot leak through a pooler.
+                milliseconds = max(1, round(lock_timeout * 1000))
+                connection.exec_driver_sql(f"SET LOCAL lock_timeout = {milliseconds}")
             config = alembic_config(chain)
             config.attributes["connection"] = connection
             action(config)

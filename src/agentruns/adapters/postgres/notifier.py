@@ -6,31 +6,70 @@ connection and wakes the next wait. Before that (the first wait, or after the co
 a run may have been queued unheard, so the wait that opens the connection answers "woken" at
 once and the caller claims. If the connection cannot be opened, :meth:`wait` sleeps out its time
 instead (the poll fallback) and tries again on the next wait.
+
+LISTEN needs a session of its own: through a transaction pooler it would listen on a server
+connection that serves other clients between two transactions, and hear nothing of its own.
+There the notifier listens on ``listen_url`` (a direct connection to the server), or, without
+one, not at all: every wait sleeps out its time, and it says so once.
 """
 
 from __future__ import annotations
 
 import asyncio
+import logging
 
 import psycopg
 
-from agentruns.adapters.postgres.database import libpq_url
+from agentruns.adapters.postgres.connections import ConnectionOptions, libpq_url
 from agentruns.app.ports import Notifier
 
 CHANNEL = "agent_run"
 
+log = logging.getLogger("agentruns.notifier")
+
 
 class PostgresNotifier(Notifier):
-    def __init__(self, url: str) -> None:
-        self._url = libpq_url(url)
+    """Wake-ups by LISTEN on ``agent_run`` (see the module docstring for the fallbacks)."""
+
+    def __init__(self, url: str, options: ConnectionOptions | None = None) -> None:
+        self._options = (options or ConnectionOptions()).on(url)
+        target = self._options.listen_url
+        if target is None and self._options.pooler == "transaction":
+            self._url: str | None = None  # nowhere to listen: poll
+        else:
+            self._url = libpq_url(target or url)
+        self._warned = False
         self._connection: psycopg.AsyncConnection[object] | None = None
         self._lock = asyncio.Lock()
 
+    @property
+    def listens(self) -> bool:
+        """Whether this notifier LISTENs at all (False: every wait polls)."""
+        return self._url is not None
+
+    def _polling(self) -> None:
+        if not self._warned:
+            self._warned = True
+            log.warning(
+                "no LISTEN through a transaction pooler: wake-ups fall back to polling every "
+                "%g s; set AGENTRUNS_LISTEN_URL to a direct (non-pooled) URL to be woken",
+                self._options.poll_interval,
+                extra={"poll_interval": self._options.poll_interval},
+            )
+
     async def _listening(self) -> psycopg.AsyncConnection[object] | None:
-        """Open a connection that LISTENs on the channel; None when the server is unreachable."""
+        """Open a connection that LISTENs on the channel; None when the server is unreachable
+        (or there is nowhere to listen)."""
+        if self._url is None:
+            self._polling()
+            return None
         connection: psycopg.AsyncConnection[object] | None = None
         try:
-            connection = await psycopg.AsyncConnection.connect(self._url, autocommit=True)
+            connection = await psycopg.AsyncConnection.connect(
+                self._url,
+                autocommit=True,
+                application_name=self._options.application_name,
+            )
             await connection.execute(f"LISTEN {CHANNEL}")
         except (psycopg.Error, OSError):
             if connection is not None:

@@ -66,7 +66,7 @@ def console(
             )
         registry = load_kinds(kinds or [])
         with database(config, data_dir, database_name) as url:
-            built = postgres_container(config, url, registry)
+            built = postgres_container(config, url, registry, process="console")
             asyncio.run(_serve(built, host, port, read_only, access))
 
     guarded(body)

@@ -49,7 +49,7 @@ def gateway(
             raise CliError("no sandboxes: pass --sandboxes module:object")
         hosting = load_sandboxes(sandboxes, registry)
         with database(config, data_dir) as url:
-            built = postgres_container(config, url, registry, hosting)
+            built = postgres_container(config, url, registry, hosting, process="gateway")
             names = ",".join(kind.name for kind in hosting.kinds)
             asyncio.run(_serve(built, host, port, names))
 

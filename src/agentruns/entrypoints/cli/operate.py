@@ -46,11 +46,17 @@ def db_upgrade(data_dir: DataDir = None, database_name: DatabaseName = None) -> 
     """Migrate the schema to the newest revision."""
 
     def body() -> None:
-        with database(settings(), data_dir, database_name) as url:
-            head = composition.upgrade_database(url)
+        config = settings()
+        options = composition.connection_options(config, composition.process_name("cli"))
+        with database(config, data_dir, database_name) as url:
+            head = composition.upgrade_database(url, config, options=options, retrying=_retrying)
         out.print(f"database schema at revision {head} (newest)")
 
     guarded(body)
+
+
+def _retrying(why: str) -> None:
+    err.print(f"agentruns: {why}", markup=False)
 
 
 @db_app.command("current")
@@ -58,8 +64,10 @@ def db_current(data_dir: DataDir = None, database_name: DatabaseName = None) -> 
     """Show the schema's revision and the newest one; exit 1 if it is behind."""
 
     def body() -> None:
-        with database(settings(), data_dir, database_name) as url:
-            current, head = composition.database_revision(url)
+        config = settings()
+        options = composition.connection_options(config, composition.process_name("cli"))
+        with database(config, data_dir, database_name) as url:
+            current, head = composition.database_revision(url, options)
         if current == head:
             out.print(f"database schema at revision {current} (newest)")
             return
@@ -207,10 +215,11 @@ def worker(
                 raise CliError(f"--concurrency {concurrency}: a worker runs at least 1 run")
             # The settings size the connection pool for the worker's slots.
             config = config.model_copy(update={"worker_concurrency": concurrency})
+        named = holder or default_holder()
         with database(config, data_dir, database_name) as url:
-            built = postgres_container(config, url, registry)
+            built = postgres_container(config, url, registry, process="worker", holder=named)
             _with_metrics(built, metrics_port, metrics_host)
-            asyncio.run(_work(built, holder or default_holder(), drain))
+            asyncio.run(_work(built, named, drain))
 
     guarded(body)
 
@@ -272,7 +281,7 @@ def reaper(
             raise CliError(f"--every {every}: the reaper needs a time between ticks above 0")
         hosting = load_sandboxes(sandboxes, registry) if sandboxes is not None else None
         with database(config, data_dir, database_name) as url:
-            built = postgres_container(config, url, registry, hosting)
+            built = postgres_container(config, url, registry, hosting, process="reaper")
             _with_metrics(built, metrics_port, metrics_host)
             asyncio.run(_reap(built, tick.total_seconds(), sandboxes=hosting is not None))
 

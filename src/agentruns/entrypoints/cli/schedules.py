@@ -132,7 +132,7 @@ def schedules_list(
     def body() -> None:
         config = settings()
         with database(config, data_dir) as url:
-            listed = asyncio.run(_list(postgres_container(config, url)))
+            listed = asyncio.run(_list(postgres_container(config, url, process="scheduler")))
         if as_json:
             print(json.dumps([_fields(one) for one in listed], indent=2))
         elif not listed:
@@ -174,7 +174,9 @@ def _operate(name: str, action: Literal["pause", "resume"], data_dir: DataDir) -
     def body() -> None:
         config = settings()
         with database(config, data_dir) as url:
-            state = asyncio.run(_apply(postgres_container(config, url), name, action))
+            state = asyncio.run(
+                _apply(postgres_container(config, url, process="scheduler"), name, action)
+            )
         if action == "pause":
             out.print(f"schedule {name} paused")
         else:
@@ -208,7 +210,9 @@ def schedules_sync(kinds: KindRefs = None, data_dir: DataDir = None) -> None:
         config = settings()
         registry = required_kinds(kinds)
         with database(config, data_dir) as url:
-            report = asyncio.run(_sync(postgres_container(config, url, registry)))
+            report = asyncio.run(
+                _sync(postgres_container(config, url, registry, process="scheduler"))
+            )
         for what, names in (
             ("added", report.added),
             ("changed", report.changed),

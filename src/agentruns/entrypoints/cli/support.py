@@ -90,15 +90,30 @@ def _named(url: str, name: str | None) -> str:
     return url if name is None else composition.database_named(url, name)
 
 
+# The commands whose transactions run under AGENTRUNS_READ_TIMEOUT: an operator's reads (and
+# the few writes beside them), never a worker's, reaper's or gateway's.
+_BOUNDED_READS = ("cli", "console", "scheduler")
+
+
 def postgres_container(
     config: AgentRunsSettings,
     url: str,
     kinds: RunKinds | None = None,
     sandboxes: SandboxHosting | None = None,
+    *,
+    process: str = "cli",
+    holder: str | None = None,
 ) -> AgentRunsContainer:
-    """A container on the PostgreSQL at ``url`` (checked: reachable and migrated)."""
-    composition.check_database(url)
+    """A container on the PostgreSQL at ``url`` (checked: reachable and migrated), whose
+    connections name ``process`` (and the worker's ``holder``) in ``pg_stat_activity``."""
+    options = composition.connection_options(
+        config,
+        composition.process_name(process, holder),
+        bounded_reads=process in _BOUNDED_READS,
+    )
+    composition.check_database(url, options)
     built = AgentRunsContainer()
+    built.connections.override(providers.Object(options))
     built.settings.override(providers.Object(config.model_copy(update={"database_url": url})))
     if kinds is not None:
         built.kinds.override(providers.Object(kinds))

@@ -47,6 +47,7 @@ from agentruns.domain.bands import Band
 from agentruns.domain.durations import parse_duration
 from agentruns.domain.errors import (
     AgentRunsError,
+    DatabaseTimeout,
     IllegalTransition,
     InvalidRequest,
     RetryBudgetExhausted,
@@ -162,6 +163,14 @@ def build(services: ConsoleServices, *, read_only: bool, access: ConsoleAccess |
 Handler = Callable[[Request], Awaitable[Response]]
 
 
+def _too_slow(slow: DatabaseTimeout) -> str:
+    within = "" if slow.seconds is None else f" within {slow.seconds:g} s"
+    return (
+        f"The database did not answer{within}, so the read was cancelled (the console's reads "
+        "are bounded by AGENTRUNS_READ_TIMEOUT). Try again, or narrow the filters."
+    )
+
+
 class _Console:
     def __init__(
         self, services: ConsoleServices, *, read_only: bool, access: ConsoleAccess | None
@@ -186,6 +195,11 @@ class _Console:
                 return self.error_page(request, Refused(400, str(invalid)))
             except (IllegalTransition, RetryBudgetExhausted, UnknownKind) as refused:
                 return self.error_page(request, Refused(409, str(refused)))
+            except DatabaseTimeout as slow:
+                log.warning(
+                    "console: the database did not answer in time", extra={"error": str(slow)}
+                )
+                return self.error_page(request, Refused(503, _too_slow(slow)))
             except StoreUnavailable as down:
                 log.warning("console: the database is unavailable", extra={"error": str(down)})
                 return self.error_page(request, Refused(503, "The database is unavailable."))
