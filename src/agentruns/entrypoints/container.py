@@ -289,6 +289,14 @@ def use_postgres(container: AgentRunsContainer, url: str) -> None:
     container.profile.override("postgres")
 
 
+def in_schema(url: str, schema: str | None) -> str:
+    """``url`` whose every connection starts with ``schema`` (``AGENTRUNS_SCHEMA``) as its
+    search_path; ``url`` itself for ``None``."""
+    from agentruns.adapters.postgres import search_path
+
+    return search_path.in_schema(url, schema)
+
+
 def upgrade_database(url: str) -> str:
     """Migrate the schema at ``url`` to the newest revision; that revision."""
     from agentruns.adapters.postgres import admin

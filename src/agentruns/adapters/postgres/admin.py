@@ -14,7 +14,7 @@ from alembic.script import ScriptDirectory
 from sqlalchemy import make_url
 from sqlalchemy.exc import ArgumentError
 
-from agentruns.adapters.postgres.database import postgres_url
+from agentruns.adapters.postgres.database import libpq_url, postgres_url
 from agentruns.adapters.postgres.migrate import alembic_config, migrate
 from agentruns.domain.errors import StoreUnavailable
 
@@ -32,7 +32,7 @@ def _parsed(url: str) -> str:
     except ValueError:
         shown = parsed.render_as_string(hide_password=True)
         raise StoreUnavailable(f"the database URL {shown} is not a postgresql:// URL") from None
-    return parsed.set(drivername="postgresql").render_as_string(hide_password=False)
+    return libpq_url(url)
 
 
 def _masked(url: str) -> str:

@@ -16,9 +16,10 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import create_engine
+from sqlalchemy import Connection, create_engine, text
 
 from agentruns.adapters.postgres.database import sqlalchemy_url
+from agentruns.adapters.postgres.search_path import in_schema, schema_of
 
 _PACKAGE = Path(__file__).resolve().parents[2]  # .../agentruns
 CORE_VERSION_TABLE = "alembic_version"
@@ -66,23 +67,54 @@ def alembic_config(chain: MigrationChain | None = None) -> Config:
     return config
 
 
-def migrate(url: str, revision: str = "head", *, chain: MigrationChain | None = None) -> None:
+def migrate(
+    url: str,
+    revision: str = "head",
+    *,
+    chain: MigrationChain | None = None,
+    schema: str | None = None,
+) -> None:
     """Upgrade the database at ``url`` to ``revision`` (the newest by default): agentruns'
-    schema, or with ``chain`` the host's chain (after agentruns' schema is migrated)."""
-    _run(url, chain, lambda config: command.upgrade(config, revision))
+    schema, or with ``chain`` the host's chain (after agentruns' schema is migrated).
+
+    ``schema`` (or the search_path the URL's startup options set: ``AGENTRUNS_SCHEMA``) is where
+    everything is created, Alembic's version table included; it is created first if missing."""
+    _run(in_schema(url, schema), chain, lambda config: command.upgrade(config, revision))
 
 
-def downgrade(url: str, revision: str, *, chain: MigrationChain | None = None) -> None:
-    """Downgrade the database at ``url`` to ``revision`` (``"base"``: an empty schema)."""
-    _run(url, chain, lambda config: command.downgrade(config, revision))
+def downgrade(
+    url: str,
+    revision: str,
+    *,
+    chain: MigrationChain | None = None,
+    schema: str | None = None,
+) -> None:
+    """Downgrade the database at ``url`` to ``revision`` (``"base"``: an empty schema); the
+    schema itself stays."""
+    _run(in_schema(url, schema), chain, lambda config: command.downgrade(config, revision))
 
 
 def _run(url: str, chain: MigrationChain | None, action: Callable[[Config], None]) -> None:
+    schema = schema_of(url)
     engine = create_engine(sqlalchemy_url(url))  # psycopg 3 serves sync and async
     try:
         with engine.begin() as connection:
+            if schema is not None:
+                _create_schema(connection, schema)
             config = alembic_config(chain)
             config.attributes["connection"] = connection
+            config.attributes["version_table_schema"] = schema
             action(config)
     finally:
         engine.dispose()
+
+
+def _create_schema(connection: Connection, schema: str) -> None:
+    """Create ``schema`` unless it exists. Looked up first: ``CREATE SCHEMA IF NOT EXISTS``
+    checks the CREATE privilege on the database even when the schema is there, and an owner
+    whose schema an administrator made has no need of it."""
+    found = connection.execute(
+        text("SELECT 1 FROM pg_namespace WHERE nspname = :schema"), {"schema": schema}
+    ).first()
+    if found is None:
+        connection.execute(text(f'CREATE SCHEMA "{schema}"'))  # a plain name (schema_of)

@@ -92,7 +92,7 @@ def db_url(data_dir: DataDir = None, database_name: DatabaseName = None) -> None
             if database_name is None
             else composition.database_named(found.url, database_name)
         )
-        print(url)
+        print(composition.in_schema(url, config.database_schema))
         held = ", ".join(str(pid) for pid in found.holders) or "no agentruns process"
         kept = (
             "kept running until `agentruns db stop`"
