@@ -2,7 +2,8 @@
 
 ``agentruns.adapters.postgres.migrate`` hands a connection in through ``config.attributes``; the
 ``alembic`` command line uses ``sqlalchemy.url`` from its configuration instead. A host's chain
-of revisions runs here too, recorded in the version table it names (``version_table``).
+of revisions runs here too, recorded in the version table it names (``version_table``), in the
+schema of ``version_table_schema`` when one is set.
 """
 
 from __future__ import annotations
@@ -15,7 +16,15 @@ config = context.config
 
 def _run(connection: Connection) -> None:
     version_table = config.attributes.get("version_table", "alembic_version")
-    context.configure(connection=connection, transactional_ddl=True, version_table=version_table)
+    # The schema of AGENTRUNS_SCHEMA, which the connection's search_path names too (None: the
+    # search_path's first schema, public by default).
+    version_table_schema = config.attributes.get("version_table_schema")
+    context.configure(
+        connection=connection,
+        transactional_ddl=True,
+        version_table=version_table,
+        version_table_schema=version_table_schema,
+    )
     with context.begin_transaction():
         context.run_migrations()
 

@@ -220,6 +220,8 @@ class Connecting:
             url = await asyncio.to_thread(server.start)
         options = composition.connection_options(settings, self.application_name)
         try:
+            # Every connection opened from here on starts in the settings' schema.
+            url = composition.in_schema(url, settings.database_schema)
             # The embedded server is a private development database: migrate it by default.
             # A server the caller names is migrated only when asked, and checked otherwise.
             migrating = self.migrate if self.migrate is not None else server is not None
@@ -295,7 +297,8 @@ def connect(
       :class:`~agentruns.domain.errors.StoreUnavailable`.
     - ``clock``: the time every statement reads (a ``ManualClock`` in tests); default the
       database clock. ``rng``: the randomness of backoff jitter. ``settings``: default
-      ``AgentRunsSettings()`` from the ``AGENTRUNS_*`` environment.
+      ``AgentRunsSettings()`` from the ``AGENTRUNS_*`` environment; its ``database_schema``
+      (``AGENTRUNS_SCHEMA``) is the schema every connection uses and a migration creates.
     - ``family``: an adapter family to use instead of PostgreSQL (for instance
       ``MemoryFamily(clock)``); then no URL.
     - ``sandboxes`` and ``gateway_url``: the host's sandbox kinds, keys and claims adapter.

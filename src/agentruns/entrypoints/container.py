@@ -338,6 +338,32 @@ def use_postgres(container: AgentRunsContainer, url: str) -> None:
     container.profile.override("postgres")
 
 
+def in_schema(url: str, schema: str | None) -> str:
+    """``url`` whose every connection starts with ``schema`` (``AGENTRUNS_SCHEMA``) as its
+    search_path; ``url`` itself for ``None``."""
+    from agentruns.adapters.postgres import search_path
+
+    return search_path.in_schema(url, schema)
+
+
+def grant_script(url: str, role: str, name: str) -> str:
+    """The statements that give PostgreSQL role ``name`` what agentruns' ``role`` (owner,
+    worker, reader) needs in the database of ``url``, in the schema its connections use."""
+    from agentruns.adapters.postgres import grants
+
+    chosen = grants.role_named(role)
+    return grants.grant_script(chosen, name, grants.grants_for(url, chosen, name))
+
+
+def apply_grants(url: str, role: str, name: str) -> list[str]:
+    """Apply :func:`grant_script`'s statements on the database at ``url``, as its user; those
+    left for an administrator."""
+    from agentruns.adapters.postgres import grants
+
+    chosen = grants.role_named(role)
+    return grants.apply_grants(url, chosen, grants.grants_for(url, chosen, name))
+
+
 def upgrade_database(
     url: str,
     settings: AgentRunsSettings | None = None,

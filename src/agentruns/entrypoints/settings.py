@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import re
 from datetime import timedelta
 from typing import Annotated, Literal
 
-from pydantic import BeforeValidator, Field, PositiveInt, SecretStr
+from pydantic import AfterValidator, BeforeValidator, Field, PositiveInt, SecretStr
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agentruns.domain.durations import parse_duration
@@ -13,6 +14,17 @@ from agentruns.domain.durations import parse_duration
 # The one duration parser of the command line and the settings (its InvalidDuration is a
 # ValueError, which pydantic reports as this setting's error).
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+
+
+def _plain_schema(name: str | None) -> str | None:
+    """A schema name that means the same in a URL, in search_path and in SQL (the rule of the
+    postgres adapter's ``search_path.plain_schema``, which settings do not import)."""
+    if name is not None and not re.fullmatch(r"[a-z_][a-z0-9_]{0,62}", name):
+        raise ValueError(
+            f"{name!r} is not a plain schema name (lower-case letters, digits and _, not "
+            "starting with a digit, at most 63 characters)"
+        )
+    return name
 
 
 class AgentRunsSettings(BaseSettings):
@@ -23,10 +35,19 @@ class AgentRunsSettings(BaseSettings):
     retry budget and backoff are its own (:class:`~agentruns.domain.kinds.RunKindPolicy`, in
     the host's code next to its steps), not settings of the process."""
 
-    model_config = SettingsConfigDict(env_prefix="AGENTRUNS_", extra="ignore", frozen=True)
+    model_config = SettingsConfigDict(
+        env_prefix="AGENTRUNS_", extra="ignore", frozen=True, populate_by_name=True
+    )
 
     database_url: str | None = Field(
         default=None, description="PostgreSQL URL; unset means the embedded server or memory."
+    )
+    # AGENTRUNS_SCHEMA (a field named `schema` would shadow pydantic's BaseModel.schema).
+    database_schema: Annotated[str | None, AfterValidator(_plain_schema)] = Field(
+        default=None,
+        validation_alias="AGENTRUNS_SCHEMA",
+        description="Schema of agentruns' tables: every connection's search_path, where "
+        "`db upgrade` creates them; unset means the server's search_path (public).",
     )
     lease_renewal: Duration = timedelta(seconds=10)
     band_aging: Duration = timedelta(minutes=10)

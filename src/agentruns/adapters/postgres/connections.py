@@ -50,7 +50,11 @@ def sqlalchemy_url(url: str) -> str:
 
 def libpq_url(url: str) -> str:
     """The plain ``postgresql://`` URL a bare psycopg connection (or psql) takes."""
-    return _connectable(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    rendered = _connectable(url).set(drivername="postgresql").render_as_string(hide_password=False)
+    # SQLAlchemy writes a space of the query as "+", which libpq reads as a plus: startup
+    # options ("-csearch_path=a -cstatement_timeout=5s") reach libpq only as %20.
+    base, mark, query = rendered.partition("?")
+    return base + mark + query.replace("+", "%20")
 
 
 def url_pooler(url: str) -> Pooler | None:

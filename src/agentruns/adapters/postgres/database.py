@@ -80,6 +80,11 @@ def translate(exc: BaseException, timeout: float | None = None) -> AgentRunsErro
         # PostgreSQL, or the driver before it sends (text it cannot encode, a number it cannot
         # write), cannot take a value: the request's fault, not an outage, so not retried.
         return InvalidRequest(f"PostgreSQL cannot store a value of this request: {orig}")
+    if isinstance(orig, psycopg.errors.InsufficientPrivilege):
+        return StoreUnavailable(
+            f"PostgreSQL refused the connecting role: {orig.diag.message_primary} "
+            "(`agentruns db grants --role worker|reader` prints what each role needs)"
+        )
     if isinstance(orig, (psycopg.errors.DeadlockDetected, psycopg.errors.SerializationFailure)):
         return TransactionConflict(f"PostgreSQL aborted a conflicting transaction: {orig}")
     if isinstance(orig, psycopg.errors.LockNotAvailable):

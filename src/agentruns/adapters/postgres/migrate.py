@@ -21,9 +21,10 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import create_engine
+from sqlalchemy import Connection, create_engine, text
 
 from agentruns.adapters.postgres.connections import ConnectionOptions, sqlalchemy_url
+from agentruns.adapters.postgres.search_path import in_schema, schema_of
 
 _PACKAGE = Path(__file__).resolve().parents[2]  # .../agentruns
 CORE_VERSION_TABLE = "alembic_version"
@@ -78,19 +79,35 @@ def migrate(
     chain: MigrationChain | None = None,
     lock_timeout: float | None = None,
     options: ConnectionOptions | None = None,
+    schema: str | None = None,
 ) -> None:
     """Upgrade the database at ``url`` to ``revision`` (the newest by default): agentruns'
     schema, or with ``chain`` the host's chain (after agentruns' schema is migrated).
 
     ``lock_timeout`` (seconds): a lock the upgrade would wait longer for makes it fail (with a
     ``LockNotAvailable`` from the driver) and roll back whole. ``options``: the connection's
-    name and pooler."""
-    _run(url, chain, lambda config: command.upgrade(config, revision), lock_timeout, options)
+    name and pooler. ``schema`` (or the search_path the URL's startup options set:
+    ``AGENTRUNS_SCHEMA``) is where everything is created, Alembic's version table included; it
+    is created first if missing."""
+    _run(
+        in_schema(url, schema),
+        chain,
+        lambda config: command.upgrade(config, revision),
+        lock_timeout,
+        options,
+    )
 
 
-def downgrade(url: str, revision: str, *, chain: MigrationChain | None = None) -> None:
-    """Downgrade the database at ``url`` to ``revision`` (``"base"``: an empty schema)."""
-    _run(url, chain, lambda config: command.downgrade(config, revision))
+def downgrade(
+    url: str,
+    revision: str,
+    *,
+    chain: MigrationChain | None = None,
+    schema: str | None = None,
+) -> None:
+    """Downgrade the database at ``url`` to ``revision`` (``"base"``: an empty schema); the
+    schema itself stays."""
+    _run(in_schema(url, schema), chain, lambda config: command.downgrade(config, revision))
 
 
 def _run(
@@ -100,6 +117,7 @@ def _run(
     lock_timeout: float | None = None,
     options: ConnectionOptions | None = None,
 ) -> None:
+    schema = schema_of(url)
     chosen = (options or ConnectionOptions()).on(url)
     connect_args: dict[str, object] = {"application_name": chosen.application_name}
     if not chosen.prepares:
@@ -109,12 +127,26 @@ def _run(
     engine = create_engine(sqlalchemy_url(url), connect_args=connect_args)  # psycopg 3: sync too
     try:
         with engine.begin() as connection:
+            if schema is not None:
+                _create_schema(connection, schema)
             if lock_timeout is not None:
                 # SET LOCAL: for this transaction only, so it cannot leak through a pooler.
                 milliseconds = max(1, round(lock_timeout * 1000))
                 connection.exec_driver_sql(f"SET LOCAL lock_timeout = {milliseconds}")
             config = alembic_config(chain)
             config.attributes["connection"] = connection
+            config.attributes["version_table_schema"] = schema
             action(config)
     finally:
         engine.dispose()
+
+
+def _create_schema(connection: Connection, schema: str) -> None:
+    """Create ``schema`` unless it exists. Looked up first: ``CREATE SCHEMA IF NOT EXISTS``
+    checks the CREATE privilege on the database even when the schema is there, and an owner
+    whose schema an administrator made has no need of it."""
+    found = connection.execute(
+        text("SELECT 1 FROM pg_namespace WHERE nspname = :schema"), {"schema": schema}
+    ).first()
+    if found is None:
+        connection.execute(text(f'CREATE SCHEMA "{schema}"'))  # a plain name (schema_of)

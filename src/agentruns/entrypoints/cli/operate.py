@@ -77,6 +77,48 @@ def db_current(data_dir: DataDir = None, database_name: DatabaseName = None) -> 
     guarded(body)
 
 
+@db_app.command("grants")
+def db_grants(
+    role: Annotated[
+        str,
+        typer.Option(
+            "--role",
+            help="owner (runs `db upgrade`), worker (workers, reapers, the gateway, the "
+            "enqueuing application, a console that acts) or reader (a read-only console, "
+            "status, reports).",
+        ),
+    ],
+    name: Annotated[str, typer.Option("--name", help="The PostgreSQL role to grant to.")],
+    apply: Annotated[
+        bool,
+        typer.Option(
+            "--apply",
+            help="Run them on the database as its URL's user (the owner, or a superuser) "
+            "instead of printing them.",
+        ),
+    ] = False,
+    data_dir: DataDir = None,
+    database_name: DatabaseName = None,
+) -> None:
+    """Print the GRANT statements a least-privilege role needs (in AGENTRUNS_SCHEMA's schema),
+    or apply them."""
+
+    def body() -> None:
+        with database(settings(), data_dir, database_name) as url:
+            if not apply:
+                print(composition.grant_script(url, role, name), end="")
+                return
+            left = composition.apply_grants(url, role, name)
+        out.print(f"granted the {role} role's privileges to {name}")
+        for statement in left:
+            err.print(
+                f"agentruns: left for an administrator (this role may not): {statement};",
+                markup=False,
+            )
+
+    guarded(body)
+
+
 @db_app.command("url")
 def db_url(data_dir: DataDir = None, database_name: DatabaseName = None) -> None:
     """Print the database's URL (password hidden): AGENTRUNS_DATABASE_URL, or the embedded
@@ -100,7 +142,7 @@ def db_url(data_dir: DataDir = None, database_name: DatabaseName = None) -> None
             if database_name is None
             else composition.database_named(found.url, database_name)
         )
-        print(url)
+        print(composition.in_schema(url, config.database_schema))
         held = ", ".join(str(pid) for pid in found.holders) or "no agentruns process"
         kept = (
             "kept running until `agentruns db stop`"

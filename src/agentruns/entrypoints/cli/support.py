@@ -53,8 +53,9 @@ def guarded(action: Callable[[], T]) -> T:
         fail(_one_line(exc))
     except ValidationError as exc:
         first = exc.errors()[0]
-        where = ".".join(str(part) for part in first["loc"])
-        fail(f"invalid setting AGENTRUNS_{where.upper()}: {first['msg']}")
+        where = ".".join(str(part) for part in first["loc"]).upper()
+        named = where if where.startswith("AGENTRUNS_") else f"AGENTRUNS_{where}"  # an alias
+        fail(f"invalid setting {named}: {first['msg']}")
     except KeyboardInterrupt:
         fail("interrupted", 130)
 
@@ -73,9 +74,9 @@ def database(
     config: AgentRunsSettings, data_dir: Path | None = None, name: str | None = None
 ) -> Iterator[str]:
     """The configured URL, or an embedded PostgreSQL in ``data_dir`` (and say so on stderr);
-    with ``name``, that database on the same server."""
+    with ``name``, that database on the same server. Its connections use ``AGENTRUNS_SCHEMA``."""
     if config.database_url:
-        yield _named(config.database_url, name)
+        yield _named(config, config.database_url, name)
         return
     folder = data_dir or DEFAULT_DATA_DIR
     err.print(
@@ -83,11 +84,12 @@ def database(
         markup=False,
     )
     with composition.embedded_database(folder) as url:
-        yield _named(url, name)
+        yield _named(config, url, name)
 
 
-def _named(url: str, name: str | None) -> str:
-    return url if name is None else composition.database_named(url, name)
+def _named(config: AgentRunsSettings, url: str, name: str | None) -> str:
+    named = url if name is None else composition.database_named(url, name)
+    return composition.in_schema(named, config.database_schema)
 
 
 # The commands whose transactions run under AGENTRUNS_READ_TIMEOUT: an operator's reads (and
