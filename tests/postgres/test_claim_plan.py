@@ -203,3 +203,70 @@ async def test_a_group_of_step_boundaries_looks_each_run_up_by_key(postgres_url:
             after = raw.execute(scans).fetchone()
     assert len(renewed) == 300
     assert before == after, (before, after)
+
+
+def _plan_cost(document: Any) -> tuple[float, bool]:
+    plan = (document if isinstance(document, list) else json.loads(document))[0]
+    return float(plan["Plan"]["Total Cost"]), "JIT" in plan
+
+
+async def _cost(url: str, statement: str, params: dict[str, object]) -> tuple[float, bool, float]:
+    """The plan's total cost, whether PostgreSQL would JIT-compile it, and jit_above_cost."""
+    stores = make_postgres_stores(url)
+    database = stores.scope
+    assert isinstance(database, PostgresDatabase)
+    try:
+        async with database.transaction() as tx:
+            assert isinstance(tx, PostgresTransaction)
+            result = await tx.connection.execute(text("EXPLAIN (FORMAT JSON) " + statement), params)
+            cost, jitted = _plan_cost(result.scalar_one())
+            above = await tx.connection.execute(text("SELECT current_setting('jit_above_cost')"))
+            return cost, jitted, float(above.scalar_one())
+    finally:
+        await database.dispose()
+
+
+HOT = {
+    "claim": (statements.CLAIM, {"now": None, "holder": "w", "limit": 64, "aging": "10 minutes"}),
+    "claim of some kinds": (
+        statements.CLAIM_KINDS,
+        {
+            "now": None,
+            "holder": "w",
+            "limit": 64,
+            "pool": 264,
+            "aging": "10 minutes",
+            "kinds": ["review", "other"],
+        },
+    ),
+    "expired leases": (statements.EXPIRED, {"now": None, "limit": 500, "kinds": None}),
+    "purge": (statements.PURGE, {"ended_before": "2999-01-01T00:00:00+00:00", "limit": 1000}),
+}
+
+
+@pytest.mark.parametrize("name", sorted(HOT))
+async def test_no_hot_statement_plans_past_the_jit_threshold(populated: str, name: str) -> None:
+    """On a server with JIT on (a packaged PostgreSQL's default), a plan that costs more than
+    jit_above_cost is compiled on every execution (about half a second for the claim). The
+    statements of the hot path stay below it on a populated database, on every server."""
+    statement, params = HOT[name]
+    cost, jitted, above = await _cost(populated, statement.text, params)
+    assert not jitted
+    assert cost < above, (cost, above)
+
+
+async def test_a_function_that_disables_a_plan_node_turns_jit_off(populated: str) -> None:
+    """Before PostgreSQL 18 a disabled node adds 1e10 to its plan's cost, past any
+    jit_above_cost: a function that turns a node off must turn JIT off with it (0015)."""
+    with psycopg.connect(populated) as connection:
+        rows = connection.execute(
+            "SELECT p.proname, p.proconfig FROM pg_proc p "
+            "JOIN pg_namespace n ON n.oid = p.pronamespace "
+            "WHERE n.nspname = current_schema() AND p.proconfig IS NOT NULL"
+        ).fetchall()
+    disabling = {
+        name: config for name, config in rows if any(s.startswith("enable_") for s in config)
+    }
+    assert {"agent_claim", "guard_agent_run_event_insert"} <= disabling.keys()
+    for name, config in disabling.items():
+        assert "jit=off" in config, (name, config)

@@ -89,6 +89,11 @@ OBJECTS: tuple[Privileges, ...] = (
         ("SELECT", "INSERT", "DELETE"),
         "the lanes' ledger: triggers append, every claim folds and deletes",
     ),
+    _table(
+        "agent_kind",
+        ("SELECT", "INSERT"),
+        "an enqueue's trigger records its kind; a worker's claim reads the kinds seen",
+    ),
     _table("agent_budget_hold", _DML, "budget holds are set, read and lifted"),
     _table("agent_sandbox", _DML, "the gateway and the sandbox reaper keep sandboxes"),
     _table(
