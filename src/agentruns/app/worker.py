@@ -27,11 +27,19 @@ from agentruns.app.runs import AgentRuns
 from agentruns.app.settler import GroupSettler
 from agentruns.app.tracing import NoTracing, RunTrace, Tracing
 from agentruns.domain.backoff import RandomSource
-from agentruns.domain.errors import LeaseLost, RunNotFound, StoreUnavailable
+from agentruns.domain.errors import (
+    AgentRunsError,
+    LeaseLost,
+    RunNotFound,
+    StoreUnavailable,
+    UnknownKind,
+)
 from agentruns.domain.failure_records import FailureDetail, describe_failure
+from agentruns.domain.failures import ClassifiedFailure, FailureClass
 from agentruns.domain.run import AgentRun
 from agentruns.domain.termination import (
     EndRun,
+    GiveBack,
     RequeueRun,
     RunOutcome,
     TerminationReason,
@@ -86,6 +94,9 @@ class Worker:
         self._running: set[asyncio.Task[RunOutcome]] = set()
         self._slot_freed = asyncio.Event()  # set by every run that ends
         self.stats = WorkerStats()
+        # The error of the last claim of the loop, None once a claim succeeds: a draining worker
+        # that stops on it may leave runs it could not claim.
+        self.claim_error: Exception | None = None
         # Step boundaries and ends of concurrently running runs share transactions (ADRs/0011),
         # with every other worker's on the same AgentRuns (ADRs/0017).
         self._group_commit = group_commit
@@ -99,7 +110,6 @@ class Worker:
     async def drive(self, run: AgentRun, *, claim_seconds: float = 0.0) -> RunOutcome:
         """Run a leased run's steps to its outcome (``claim_seconds``: how long the claim that
         leased it took, for its claim span)."""
-        kind = self._kinds.get(run.kind)
         trace = self._tracing.run(run, claim_seconds)
         started = time.perf_counter()
         # The lines' context is built only when they are written: a short run pays for it.
@@ -112,7 +122,12 @@ class Worker:
         failure: FailureDetail | None = None
         # The process's group for this event loop, looked up once per run, not per write.
         settler = GroupSettler.shared(self._runs) if self._group_commit else None
+        kind: RunKind | None = None
         try:
+            # Inside the try: a run of a kind not registered here (leased through another
+            # registry's claim, or by claim_subject) is a failure to recover from like a step's,
+            # never an error that kills this task with the run still leased.
+            kind = self._kinds.get(run.kind)
             await self._steps(run, kind, trace, settler)
             span = trace.end()
             try:
@@ -187,13 +202,20 @@ class Worker:
         return describe_failure(error, kind.classify(error).failure_class, run.payload)
 
     async def _recover(
-        self, run: AgentRun, kind: RunKind, error: Exception, trace: RunTrace
+        self, run: AgentRun, kind: RunKind | None, error: Exception, trace: RunTrace
     ) -> tuple[RunOutcome, FailureDetail]:
-        verdict = kind.classify(error)
+        """Classify the failure (``kind`` is None when the run's kind is not registered here:
+        class ``unknown_kind``), record it, and apply the domain's recovery decision."""
+        if kind is None:
+            verdict = ClassifiedFailure(FailureClass.UNKNOWN_KIND)
+            budget = run.attempt  # the kind's budget is unknown here; the decision needs none
+        else:
+            verdict = kind.classify(error)
+            budget = kind.policy.retry_budget
         detail = describe_failure(error, verdict.failure_class, run.payload)
-        decision = decide_recovery(verdict.failure_class, run.attempt, kind.policy.retry_budget)
+        decision = decide_recovery(verdict.failure_class, run.attempt, budget)
         log.warning(
-            "step failed: %s: %s",
+            "step failed: %s: %s" if kind is not None else "cannot run: %s: %s",
             detail.error_type,
             detail.message,
             extra={
@@ -214,15 +236,30 @@ class Worker:
                     await self._runs.end(run.fence, reason, failure=record)
                     self._metrics.ended(run.kind, reason)
                     return RunOutcome.FAILED, detail
-                case RequeueRun(attempt=attempt):
+                case RequeueRun(attempt=attempt) if kind is not None:
                     delay = kind.policy.backoff.retry_delay(attempt, self._rng, verdict.retry_after)
                     await self._runs.requeue(run.fence, charged=True, delay=delay, failure=record)
+                    self._metrics.requeued(run.kind)
+                    return RunOutcome.REQUEUED, detail
+                case RequeueRun():
+                    raise AssertionError("a charged requeue needs the run's kind")
+                case GiveBack(delay=delay):
+                    await self._runs.requeue(run.fence, charged=False, delay=delay, failure=record)
                     self._metrics.requeued(run.kind)
                     return RunOutcome.REQUEUED, detail
         except LeaseLost:
             return await self._lost(run), detail
         except StoreUnavailable:
             return self._unreachable(run), detail
+        except UnknownKind:
+            # Its kind keeps a domain row that only its handler may move: the run is left to
+            # lease expiry, for a reaper that registers the kind.
+            log.error(
+                "cannot give back a run whose kind keeps a domain row this process does not know; "
+                "the run is left to lease expiry",
+                extra=_context(run),
+            )
+            return RunOutcome.LEASE_LOST, detail
         finally:
             span.end()
 
@@ -266,7 +303,8 @@ class Worker:
         """Claim and drive runs until ``stop`` is set; then stop claiming, give running steps
         ``grace`` seconds to finish, and leave the rest to lease expiry and the reaper. With
         ``drain``, also stop once nothing is due and nothing runs (a run requeued for later
-        stays queued)."""
+        stays queued), or once a claim fails with nothing running: then :attr:`claim_error`
+        says why, and runs may be left that it could not claim."""
         running = self._running
         # Listen before the first claim: a run queued between that claim and the first wait
         # would otherwise wake nobody until the poll interval.
@@ -278,8 +316,11 @@ class Worker:
             if free > 0:
                 try:
                     claimed, seconds = await self._claim(free)
-                except Exception:  # a failing claim must not kill the worker
-                    log.exception("claim failed; retrying after the poll interval")
+                except Exception as error:  # a failing claim must not kill the worker
+                    self.claim_error = error
+                    _claim_failed(error, drain=drain and not running)
+                else:
+                    self.claim_error = None
             self.stats.claimed += len(claimed)
             for run in claimed:
                 task = asyncio.create_task(self.drive(run, claim_seconds=seconds))
@@ -299,6 +340,11 @@ class Worker:
     def _freed(self, task: asyncio.Task[RunOutcome]) -> None:
         self._running.discard(task)
         self._slot_freed.set()
+        if not task.cancelled() and (error := task.exception()) is not None:
+            # drive recovers from every failure it can; what escapes it is a bug, said once
+            # here rather than as "Task exception was never retrieved". The run stays leased
+            # until the reaper takes it back.
+            log.error("a run's task failed", exc_info=error)
 
     def abandon(self) -> None:
         """Drop every run in flight at once, settling nothing, as a crashed process would: the
@@ -335,6 +381,16 @@ class Worker:
         for future in pending:
             future.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+
+
+def _claim_failed(error: Exception, *, drain: bool) -> None:
+    """One line for a failed claim: an agentruns error (a translated driver error, a refusal)
+    says all it knows in its message; anything else is a bug, with its traceback."""
+    then = "the drain stops" if drain else "retrying after the poll interval"
+    if isinstance(error, AgentRunsError):
+        log.error("claim failed; %s: %s", then, error)
+    else:
+        log.error("claim failed; %s", then, exc_info=error)
 
 
 def _context(run: AgentRun) -> dict[str, object]:
