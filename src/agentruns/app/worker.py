@@ -18,11 +18,13 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from agentruns.app.claimer import GroupClaimer
+from agentruns.app.holders import HolderHeartbeat
 from agentruns.app.kinds import RunKind, RunKinds
 from agentruns.app.metrics import Metrics, NoMetrics
-from agentruns.app.ports import NewFailure, Notifier
+from agentruns.app.ports import HolderStore, NewFailure, Notifier
 from agentruns.app.runs import AgentRuns
 from agentruns.app.settler import GroupSettler
 from agentruns.app.tracing import NoTracing, RunTrace, Tracing
@@ -36,6 +38,7 @@ from agentruns.domain.errors import (
 )
 from agentruns.domain.failure_records import FailureDetail, describe_failure
 from agentruns.domain.failures import ClassifiedFailure, FailureClass
+from agentruns.domain.holders import HolderBeat
 from agentruns.domain.run import AgentRun
 from agentruns.domain.termination import (
     EndRun,
@@ -78,9 +81,17 @@ class Worker:
         metrics: Metrics | None = None,
         group_commit: bool = True,
         tracing: Tracing | None = None,
+        holders: HolderStore | None = None,
+        renewal: timedelta = timedelta(seconds=10),
+        process: str = "python",
     ) -> None:
         if concurrency < 1:
             raise ValueError("a worker needs a concurrency of at least 1")
+        # With a holder store, run() keeps this worker's holder row (agentruns.app.holders):
+        # written at start and about every `renewal`, marked stopped on a clean stop.
+        self._holders = holders
+        self._renewal = renewal
+        self._process = process
         self._runs = runs
         self._kinds = kinds
         self._notifier = notifier
@@ -304,7 +315,16 @@ class Worker:
         ``grace`` seconds to finish, and leave the rest to lease expiry and the reaper. With
         ``drain``, also stop once nothing is due and nothing runs (a run requeued for later
         stays queued), or once a claim fails with nothing running: then :attr:`claim_error`
-        says why, and runs may be left that it could not claim."""
+        says why, and runs may be left that it could not claim. With a holder store, the
+        worker's heartbeat runs beside the loop, and a clean stop marks the holder stopped."""
+        if self._holders is None:
+            await self._loop(stop, grace, drain)
+            return
+        beat = HolderBeat(self.holder, self._process, tuple(self._claim_kinds()), self._renewal)
+        async with HolderHeartbeat(self._runs.stores.scope, self._holders, beat).kept():
+            await self._loop(stop, grace, drain)
+
+    async def _loop(self, stop: asyncio.Event, grace: float, drain: bool) -> None:
         running = self._running
         # Listen before the first claim: a run queued between that claim and the first wait
         # would otherwise wake nobody until the poll interval.
@@ -352,11 +372,13 @@ class Worker:
         for task in list(self._running):
             task.cancel()
 
-    async def _claim_now(self, limit: int) -> list[AgentRun]:
+    def _claim_kinds(self) -> list[str]:
         # Only what this worker can run: its given kinds, else every kind registered now (a
         # kind is registered before workers start). With no kind at all it claims nothing.
-        kinds = self._only_kinds if self._only_kinds is not None else self._kinds.names()
-        return await self._runs.claim(self.holder, limit=limit, kinds=kinds)
+        return self._only_kinds if self._only_kinds is not None else self._kinds.names()
+
+    async def _claim_now(self, limit: int) -> list[AgentRun]:
+        return await self._runs.claim(self.holder, limit=limit, kinds=self._claim_kinds())
 
     async def _claim(self, limit: int) -> tuple[list[AgentRun], float]:
         started = time.perf_counter()

@@ -220,7 +220,7 @@ def worker(
 
 async def _work(built: AgentRunsContainer, holder: str, drain: bool) -> None:
     config = built.settings()
-    running = built.worker(holder=holder)
+    running = built.worker(holder=holder, process="agentruns-worker")
     stop = asyncio.Event()
     stop_on_signals(stop)
     sampler = asyncio.create_task(
