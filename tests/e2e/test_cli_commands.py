@@ -151,6 +151,18 @@ def test_a_drain_whose_claims_fail_exits_non_zero_with_one_line(postgres_url: st
     assert all(shown(postgres_url, run_id)["state"] == "ended" for run_id in queued)
 
 
+def test_a_worker_whose_role_cannot_write_its_holder_row_still_drains(postgres_url: str) -> None:
+    """The heartbeat is beside the work, not in its way: without any privilege on agent_holder
+    the worker says so in a warning line and drains as before."""
+    run_id = enqueue(postgres_url, "--subject", "pr:1", "--payload", '{"steps": 1}')
+    with role_without(postgres_url, "ALL", "agent_holder") as limited:
+        drained = invoke(limited, "worker", "--kinds", KINDS, "--drain")
+    assert drained.exit_code == 0, drained.output
+    assert "holder start failed" in drained.stderr
+    assert "permission denied for table agent_holder" in drained.stderr
+    assert shown(postgres_url, run_id)["state"] == "ended"
+
+
 def test_purge_counts_with_dry_run_and_asks_on_a_terminal(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
