@@ -8,8 +8,11 @@ A lost lease stops the run without settling it (``LEASE_LOST``): it belongs to i
 or to the reaper. A failure is classified (the kind's classifier first) and the pure recovery
 decision applied: dead-letter, or a charged requeue after the kind's backoff (or the wait the
 provider asked for); either way the failed attempt is recorded on the run in the same
-transaction (ADRs/0014). Each attempt logs one line when it starts and one when it ends, with
-its duration; its spans (claim, steps, end) go to the tracing port.
+transaction (ADRs/0014). A run whose kind is not registered here (leased through another
+registry) is a failure of class ``unknown_kind``: given back without spending an attempt, for a
+holder that knows the kind. Each attempt logs one line when it starts and one when it ends, with
+its duration; its spans (claim, steps, end) go to the tracing port. With a holder store, the
+loop keeps the worker's holder row beside it (:mod:`agentruns.app.holders`).
 """
 
 from __future__ import annotations
