@@ -17,12 +17,12 @@ from agentruns.app.reaper import AgentRunReaper
 from agentruns.app.runs import AgentRuns
 from agentruns.app.worker import Worker
 from agentruns.domain.bands import Band
-from agentruns.domain.failures import ProviderError
+from agentruns.domain.failures import FailureClass, ProviderError
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
-from agentruns.domain.termination import RunOutcome, TerminationReason
+from agentruns.domain.termination import GIVE_BACK_DELAY, RunOutcome, TerminationReason
 from tests.contract.conftest import Backend
-from tests.contract.kinds import BACKOFF, LEASE, policy
+from tests.contract.kinds import BACKOFF, LEASE, policy, scripted_steps
 
 T = TypeVar("T")
 
@@ -93,6 +93,78 @@ async def test_a_worker_claims_only_the_kinds_it_can_run(
     everyone = Worker(enqueuer, kinds, backend.stores.notifier, rng, holder="all")
     assert await within(everyone.claim_and_drive(limit=10)) == 1
     assert (await enqueuer.get(review.id)).end_reason is TerminationReason.COMPLETED
+
+
+async def test_a_run_of_a_kind_not_registered_here_is_given_back_uncharged(
+    backend: Backend, runs: AgentRuns, rng: random.Random
+) -> None:
+    """A worker that leased a run whose kind it does not know (a claim outside its registry)
+    gives it back without spending an attempt, records why, and a worker that knows it runs
+    it once it is due again."""
+    chat = await runs.enqueue("chat", workspace="acme", subject="s", payload={"steps": 1})
+    [leased] = await runs.claim("other", kinds=["chat"])
+    strangers = RunKinds([RunKind(policy("unrelated"), scripted_steps)])
+    stranger = Worker(
+        AgentRuns(backend.stores, strangers, rng),
+        strangers,
+        backend.stores.notifier,
+        rng,
+        holder="stranger",
+    )
+    assert await within(stranger.drive(leased)) is RunOutcome.REQUEUED
+    back = await runs.get(chat.id)
+    assert (back.state, back.attempt, back.epoch) == (AgentRunState.QUEUED, 0, 1)
+    assert back.due_at - back.enqueued_at >= GIVE_BACK_DELAY
+    assert back.last_failure is not None
+    assert back.last_failure.failure_class is FailureClass.UNKNOWN_KIND
+    [record] = await runs.failures(chat.id)
+    assert record.error_type == "agentruns.domain.errors.UnknownKind"
+    assert (record.epoch, record.attempt) == (1, 0)
+    backend.clock.advance(GIVE_BACK_DELAY)
+    knower = Worker(runs, runs.kinds, backend.stores.notifier, rng, holder="knower")
+    assert await within(knower.claim_and_drive(limit=5)) == 1
+    assert (await runs.get(chat.id)).end_reason is TerminationReason.COMPLETED
+
+
+async def test_a_worker_loop_survives_a_kind_its_registry_does_not_know(
+    backend: Backend, runs: AgentRuns, rng: random.Random
+) -> None:
+    """A worker whose claim names a kind its own registry lacks (only_kinds checked against
+    another registry) gives the run back and keeps going: no task dies with the run leased."""
+    chat = await runs.enqueue("chat", workspace="acme", subject="s", payload={"steps": 1})
+    strangers = RunKinds([RunKind(policy("unrelated"), scripted_steps)])
+    worker = Worker(
+        runs,
+        strangers,
+        backend.stores.notifier,
+        rng,
+        holder="mismatched",
+        only_kinds=["chat"],
+        poll_interval=0.05,
+    )
+    await within(worker.run(asyncio.Event(), drain=True))
+    assert worker.stats.outcomes == {RunOutcome.REQUEUED: 1}
+    assert (await runs.get(chat.id)).state is AgentRunState.QUEUED
+
+
+async def test_a_run_whose_unknown_kind_keeps_a_domain_row_is_left_to_its_lease(
+    backend: Backend, runs: AgentRuns, rng: random.Random
+) -> None:
+    """Only the kind's handler may move its domain row: a worker that does not know the kind
+    leaves the run leased (for a reaper that knows it) rather than move the run alone."""
+    review = await runs.enqueue("review", workspace="acme", subject="pr:1")
+    [leased] = await runs.claim("other", kinds=["review"])
+    strangers = RunKinds([RunKind(policy("unrelated"), scripted_steps)])
+    stranger = Worker(
+        AgentRuns(backend.stores, strangers, rng),
+        strangers,
+        backend.stores.notifier,
+        rng,
+        holder="stranger",
+    )
+    assert await within(stranger.drive(leased)) is RunOutcome.LEASE_LOST
+    still = await runs.get(review.id)
+    assert (still.state, still.epoch, still.attempt) == (AgentRunState.LEASED, 1, 0)
 
 
 async def test_the_lease_is_renewed_at_every_step_boundary(

@@ -155,6 +155,53 @@ def test_status_shows_runs_by_state_workspace_and_holds(postgres_url: str) -> No
     assert [hold["workspace"] for hold in fields["budget_holds"]] == ["overdrawn"]
 
 
+def test_status_shows_holders_quiet_leases_and_kinds_no_live_holder_claims(
+    postgres_url: str,
+) -> None:
+    """Runs of a kind no live holder claims are named; a lease nobody renews within three
+    renewals is quiet; a drained worker shows as a stopped holder, with its process name."""
+    enqueue(postgres_url, 2)
+
+    async def ghost(runs: AgentRuns) -> list[AgentRun]:
+        return await runs.claim("ghost", limit=1)  # a holder that writes no row, and dies
+
+    [held] = with_runs(postgres_url, ghost)  # type: ignore[misc]
+    time.sleep(0.5)
+    quick = {
+        "AGENTRUNS_DATABASE_URL": postgres_url,
+        "AGENTRUNS_LEASE_RENEWAL": "100ms",
+        "COLUMNS": "250",
+    }
+    before = CliRunner().invoke(app, ["status", "--json"], env=quick)
+    assert before.exit_code == 0, before.output
+    fields = json.loads(before.stdout)
+    assert fields["holders"] == []
+    [quiet] = fields["quiet_leases"]
+    assert (quiet["run_id"], quiet["holder"], quiet["why"]) == (
+        str(held.id),
+        "ghost",
+        "not_renewed",
+    )
+    assert fields["unclaimed_kinds"] == [{"kind": REVIEW, "queued": 1}]
+
+    drained = CliRunner().invoke(app, ["worker", "--kinds", KINDS, "--drain"], env=quick)
+    assert drained.exit_code == 0, drained.output
+    after = CliRunner().invoke(app, ["status"], env=quick)
+    assert after.exit_code == 0, after.output
+    for fragment in ("Holders", "agentruns-worker", "stopped", "Quiet leases", "ghost"):
+        assert fragment in after.stdout
+    assert "queued runs of kinds no live holder claims: none" in after.stdout
+    [worker] = json.loads(CliRunner().invoke(app, ["status", "--json"], env=quick).stdout)[
+        "holders"
+    ]
+    assert (worker["process"], worker["live"], worker["kinds"]) == (
+        "agentruns-worker",
+        False,
+        sorted(demo_kinds().names()),
+    )
+    assert worker["stopped_at"] is not None
+
+
 async def _hold_and_deactivate(runs: AgentRuns) -> None:
     async with runs.transaction() as tx:
         now = await runs.stores.runs.now(tx)

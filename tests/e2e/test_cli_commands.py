@@ -5,9 +5,13 @@ attempts, runs retry, purge with --dry-run and a confirmation, postgres:// URLs,
 from __future__ import annotations
 
 import json
-from uuid import UUID
+from collections.abc import Iterator
+from contextlib import contextmanager
+from uuid import UUID, uuid4
 
+import psycopg
 import pytest
+from sqlalchemy import make_url
 from typer.testing import CliRunner, Result
 
 from agentruns.entrypoints.cli import app, inspection
@@ -103,6 +107,60 @@ def test_a_failed_run_shows_its_error_and_traceback_and_a_retry_goes_on(postgres
     not_failed = invoke(postgres_url, "runs", "retry", str(completed), "--kinds", KINDS)
     assert not_failed.exit_code == 1
     assert "only failed or dead-lettered runs are retried" in not_failed.stderr
+
+
+@contextmanager
+def role_without(url: str, privilege: str, table: str) -> Iterator[str]:
+    """The URL of a login role of this test's own that may do everything agentruns needs but
+    ``privilege`` on ``table``; the role is dropped after the block."""
+    role = f"agentruns_{uuid4().hex[:12]}"
+    with psycopg.connect(url, autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'secret'")
+        admin.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
+        admin.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}")
+        admin.execute(f"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role}")
+        admin.execute(f"REVOKE {privilege} ON {table} FROM {role}")
+    try:
+        yield (
+            make_url(url)
+            .set(username=role, password="secret")
+            .render_as_string(hide_password=False)
+        )
+    finally:
+        with psycopg.connect(url, autocommit=True) as admin:
+            admin.execute(f"DROP OWNED BY {role}")
+            admin.execute(f"DROP ROLE {role}")
+
+
+def test_a_drain_whose_claims_fail_exits_non_zero_with_one_line(postgres_url: str) -> None:
+    """A role that may not delete from the lanes' ledger cannot claim: the draining worker
+    stops, says why in one line without a traceback, and exits 1; the runs stay queued."""
+    queued = [
+        enqueue(postgres_url, "--subject", f"pr:{n}", "--payload", '{"steps": 1}') for n in range(3)
+    ]
+    with role_without(postgres_url, "DELETE", "agent_workspace_delta") as limited:
+        drained = invoke(limited, "worker", "--kinds", KINDS, "--drain")
+    assert drained.exit_code == 1, drained.output
+    [line] = [line for line in drained.stderr.splitlines() if line.startswith("agentruns: error")]
+    assert "--drain stopped because its claim failed" in line
+    assert line.endswith("permission denied for table agent_workspace_delta")
+    assert "Traceback" not in drained.stderr
+    assert all(shown(postgres_url, run_id)["state"] == "queued" for run_id in queued)
+    # With the privilege, the same drain claims them all and exits 0.
+    ok(invoke(postgres_url, "worker", "--kinds", KINDS, "--drain"))
+    assert all(shown(postgres_url, run_id)["state"] == "ended" for run_id in queued)
+
+
+def test_a_worker_whose_role_cannot_write_its_holder_row_still_drains(postgres_url: str) -> None:
+    """The heartbeat is beside the work, not in its way: without any privilege on agent_holder
+    the worker says so in a warning line and drains as before."""
+    run_id = enqueue(postgres_url, "--subject", "pr:1", "--payload", '{"steps": 1}')
+    with role_without(postgres_url, "ALL", "agent_holder") as limited:
+        drained = invoke(limited, "worker", "--kinds", KINDS, "--drain")
+    assert drained.exit_code == 0, drained.output
+    assert "holder start failed" in drained.stderr
+    assert "permission denied for table agent_holder" in drained.stderr
+    assert shown(postgres_url, run_id)["state"] == "ended"
 
 
 def test_purge_counts_with_dry_run_and_asks_on_a_terminal(

@@ -161,10 +161,19 @@ def test_the_gateway_serves_sandboxes_and_stops_gracefully_on_sigterm(
         assert ended.status_code == 200, ended.text
 
     assert get(postgres_url, run.id).end_reason is TerminationReason.COMPLETED
+    # The gateway is a live holder, with the run kinds its sandboxes claim.
+    [holder] = json.loads(invoke(postgres_url, "status", "--json").stdout)["holders"]
+    assert (holder["process"], holder["kinds"], holder["live"]) == (
+        "agentruns-gateway",
+        [sandbox_host.REVIEW],
+        True,
+    )
     process.send_signal(signal.SIGTERM)
     process.wait(timeout=60)
     assert process.returncode == 0, log.read_text()
     assert '"msg": "gateway stopped"' in log.read_text()
+    [stopped] = json.loads(invoke(postgres_url, "status", "--json").stdout)["holders"]
+    assert (stopped["live"], stopped["stopped_at"] is not None) == (False, True)
     row = sandbox_row(postgres_url, sandbox)
     assert row is not None
     assert row.state.value == "ready"

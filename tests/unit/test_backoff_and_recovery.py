@@ -12,6 +12,7 @@ from agentruns.domain.backoff import Backoff
 from agentruns.domain.failures import FailureClass
 from agentruns.domain.termination import (
     EndRun,
+    GiveBack,
     RequeueRun,
     TerminationReason,
     decide_recovery,
@@ -62,6 +63,8 @@ def test_recovery_never_requeues_past_the_budget(
     if isinstance(decision, RequeueRun):
         assert failure.is_retryable
         assert decision.attempt <= budget
+    elif isinstance(decision, GiveBack):
+        assert failure is FailureClass.UNKNOWN_KIND  # spends nothing: no budget to pass
     else:
         assert decision.reason in {
             TerminationReason.NOT_RETRYABLE,
@@ -79,6 +82,9 @@ def test_recovery_never_requeues_past_the_budget(
         (FailureClass.RATE_LIMITED, 2, RequeueRun(3)),
         (FailureClass.TIMEOUT, 3, EndRun(TerminationReason.RETRIES_EXHAUSTED)),
         (FailureClass.UNKNOWN, 3, EndRun(TerminationReason.RETRIES_EXHAUSTED)),
+        # The holder did not know the kind: nothing ran, another holder may; budget or not.
+        (FailureClass.UNKNOWN_KIND, 0, GiveBack()),
+        (FailureClass.UNKNOWN_KIND, 3, GiveBack()),
     ],
 )
 def test_recovery_by_failure_class_and_budget(

@@ -15,6 +15,7 @@ from starlette.routing import Mount
 import agentruns
 from agentruns import AgentRunsClient, ConsoleAccess, StepEvent, create_console
 from agentruns.domain.errors import LeaseLost
+from agentruns.domain.holders import HolderBeat
 from agentruns.testing import ManualClock, MemoryFamily
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -100,6 +101,35 @@ async def test_every_page_renders(client: AgentRunsClient) -> None:
     assert "not_retryable" in run_page
     assert 'data-epoch="1"' in run_page
     assert "more characters not shown" in run_page  # the 6,000-character note is cut
+
+
+async def test_the_overview_shows_holders_quiet_leases_and_kinds_nobody_claims(
+    client: AgentRunsClient,
+) -> None:
+    """With no live holder, queued runs of a kind are flagged; once a holder that claims it
+    beats, the flag goes; a lease nobody renewed for three renewals is listed as quiet."""
+    await client.runs.enqueue("summarise", workspace="acme", subject="waiting")
+    await client.runs.enqueue("summarise", workspace="acme", subject="held")
+    [held] = await client.runs.claim("ghost", kinds=["summarise"])
+    clock = client.clock
+    assert isinstance(clock, ManualClock)
+    clock.advance(timedelta(seconds=31))  # past three renewals of the default 10 s
+    async with _http(create_console(client)) as http:
+        before = (await http.get("/live/overview")).text
+        async with client.family.stores.scope.transaction() as tx:
+            await client.family.holders.started(
+                tx, HolderBeat("w-live", "agentruns-worker", ("summarise",), timedelta(seconds=10))
+            )
+        after = (await http.get("/")).text
+    assert 'id="total-unclaimed">1<' in before
+    assert "no live holder claims it" in before
+    assert 'id="quiet-leases"' in before
+    assert str(held.id)[:12] in before
+    assert "not renewed" in before
+    assert 'id="total-unclaimed">0<' in after
+    assert "no live holder claims it" not in after
+    assert 'data-holder="w-live"' in after
+    assert "agentruns-worker" in after
 
 
 BAD = [

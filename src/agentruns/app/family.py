@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Protocol
 
-from agentruns.app.ports import Stores
+from agentruns.app.ports import HolderStore, Stores
 from agentruns.app.sandbox_ports import SandboxStore
 from agentruns.app.schedule_ports import ScheduleStore
 from agentruns.app.stats import RunStats
@@ -29,6 +29,9 @@ class AdapterFamily(Protocol):
 
     @property
     def schedules(self) -> ScheduleStore: ...
+
+    @property
+    def holders(self) -> HolderStore: ...
 
     async def close(self) -> None:
         """Release what the family holds (a pool and a listening connection); idempotent."""

@@ -10,8 +10,9 @@ the claim path. How each figure is derived (ADRs/0018):
 - *completions* and *dead letters*: runs that ended in the minute COMPLETED, or with a
   dead-letter reason.
 - *requeues*: failed attempts recorded in the minute whose run did not end at that epoch (the
-  holder's charged requeue, or the reaper's take-back that queued the run again). An uncharged
-  requeue records nothing and is not counted.
+  holder's charged requeue, its uncharged give-back of a run whose kind it does not know, or the
+  reaper's take-back that queued the run again). A requeue that records no failure (a host's
+  own) is not counted.
 - *lost leases*: take-backs by the reaper (failure class ``lease_expired``) in the minute.
 - *queue wait*: ``claimed_at - due_at`` of the runs claimed within the window that are leased now
   or have ended (a requeue moves ``due_at``, so a queued run's last wait is gone).

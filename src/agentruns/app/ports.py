@@ -23,6 +23,7 @@ from agentruns.domain.bands import Band
 from agentruns.domain.claim_order import SubjectKey
 from agentruns.domain.errors import AgentRunsError
 from agentruns.domain.failure_records import FailureDetail, FailureRecord
+from agentruns.domain.holders import Holder, HolderBeat
 from agentruns.domain.payload import JsonObject
 from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.states import AgentRunState
@@ -347,6 +348,35 @@ class WorkspaceStore(Protocol):
 
     async def holds(self, tx: Transaction) -> list[BudgetHold]:
         """The holds still in force now."""
+        ...
+
+
+class HolderStore(Protocol):
+    """The holders' rows: one per process that leases runs, written by its heartbeat off the
+    claim path (:class:`~agentruns.app.holders.HolderHeartbeat`). Times are the store's own (the
+    database clock, or the pinned test clock); the domain judges the rows
+    (:mod:`agentruns.domain.holders`)."""
+
+    async def started(self, tx: Transaction, beat: HolderBeat) -> Holder:
+        """The holder starts now: started and seen now, not stopped. A row of the same name (a
+        former life of the holder) is replaced."""
+        ...
+
+    async def seen(self, tx: Transaction, beat: HolderBeat) -> Holder:
+        """The holder is alive now: seen now, with the beat's process, kinds and renewal, not
+        stopped; its start is kept (a row forgotten meanwhile is written again, started now)."""
+        ...
+
+    async def stopped(self, tx: Transaction, holder: str) -> None:
+        """The holder shut down cleanly: stopped and seen now. No row, nothing written."""
+        ...
+
+    async def all(self, tx: Transaction) -> list[Holder]:
+        """Every row, by holder name."""
+        ...
+
+    async def forget(self, tx: Transaction, older_than: timedelta) -> int:
+        """Delete the rows not seen for longer than ``older_than``; how many."""
         ...
 
 

@@ -381,25 +381,37 @@ class AgentRuns:
         """Give the run back to the queue. A charged requeue spends an attempt; without a
         ``delay`` it waits the kind's backoff for the attempt it starts (a given delay is at
         most :data:`~agentruns.domain.limits.MAX_DELAY`). With ``failure``, the failed attempt
-        is recorded on the run in the same transaction."""
+        is recorded on the run in the same transaction.
+
+        An uncharged requeue with its ``delay`` needs no policy, so a holder may give back a
+        run of a kind this process does not know (a worker that leased what it cannot run), as
+        :meth:`cancel` may end one: if the kind kept no domain row when the run was enqueued,
+        else UnknownKind, since only its handler can move that row."""
         _fence(fence)
         if delay is not None:
             limits.duration(delay, "delay", longest=limits.MAX_DELAY, zero=True)
         async with self.transaction(tx) as inner:
-            kind = await self._lock_domain_row(inner, fence.run_id)
-            await self._record(inner, fence, failure)
-            if delay is None:
-                current = await self._stores.runs.require_current(inner, fence)
-                next_attempt = current.attempt + 1 if charged else current.attempt
-                delay = kind.policy.backoff.delay(next_attempt, self._rng)
+            found = await self._stores.runs.get(inner, fence.run_id)
+            if found is None:
+                raise RunNotFound(f"no run {fence.run_id}")
+            if not charged and delay is not None and found.kind not in self._kinds:
+                # No policy needed: the attempt stays, and the delay is given.
+                handler, budget = self.handler_of(found), found.attempt
+                await handler.lock_domain_row(inner, found)
+                await self._record(inner, fence, failure)
+            else:
+                kind = self._kinds.get(found.kind)
+                handler, budget = kind.handler, kind.policy.retry_budget
+                await handler.lock_domain_row(inner, found)
+                await self._record(inner, fence, failure)
+                if delay is None:
+                    current = await self._stores.runs.require_current(inner, fence)
+                    next_attempt = current.attempt + 1 if charged else current.attempt
+                    delay = kind.policy.backoff.delay(next_attempt, self._rng)
             run = await self._stores.runs.requeue(
-                inner,
-                fence,
-                charged=charged,
-                delay=delay,
-                retry_budget=kind.policy.retry_budget,
+                inner, fence, charged=charged, delay=delay, retry_budget=budget
             )
-            await kind.handler.on_moved(inner, run)
+            await handler.on_moved(inner, run)
             return run
 
     async def cancel(self, run_id: UUID) -> AgentRun:

@@ -16,6 +16,7 @@ from agentruns.app.overview import Overview, WorkspaceLoads
 from agentruns.app.ports import BudgetHold, Transaction
 from agentruns.domain.bands import Band
 from agentruns.domain.claim_order import SubjectKey
+from agentruns.domain.holders import HeldLease, LeaseScan
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
@@ -154,6 +155,18 @@ class RunStats(Protocol):
         lost leases; queue wait p50/p95 by band over the window's claims; and the leases that
         expire within ``soon`` (the first ``expiring`` of them, soonest first, and how many).
         :mod:`agentruns.app.overview` says how each figure is derived."""
+        ...
+
+    async def held_leases(
+        self, tx: Transaction, scan: LeaseScan, *, limit: int = 500
+    ) -> list[HeldLease]:
+        """Leased runs that may be quiet: renewed (``leased_until - lease``) before
+        ``scan.renewed_before``, or held by a holder not in ``scan.live``; oldest renewal first
+        (then queue order), at most ``limit``. The domain decides which are quiet."""
+        ...
+
+    async def queued_kinds(self, tx: Transaction) -> dict[str, int]:
+        """Queued runs (due or not) by kind."""
         ...
 
     async def workspace_loads(self, tx: Transaction) -> WorkspaceLoads:

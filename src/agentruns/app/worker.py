@@ -8,8 +8,11 @@ A lost lease stops the run without settling it (``LEASE_LOST``): it belongs to i
 or to the reaper. A failure is classified (the kind's classifier first) and the pure recovery
 decision applied: dead-letter, or a charged requeue after the kind's backoff (or the wait the
 provider asked for); either way the failed attempt is recorded on the run in the same
-transaction (ADRs/0014). Each attempt logs one line when it starts and one when it ends, with
-its duration; its spans (claim, steps, end) go to the tracing port.
+transaction (ADRs/0014). A run whose kind is not registered here (leased through another
+registry) is a failure of class ``unknown_kind``: given back without spending an attempt, for a
+holder that knows the kind. Each attempt logs one line when it starts and one when it ends, with
+its duration; its spans (claim, steps, end) go to the tracing port. With a holder store, the
+loop keeps the worker's holder row beside it (:mod:`agentruns.app.holders`).
 """
 
 from __future__ import annotations
@@ -18,20 +21,31 @@ import asyncio
 import logging
 import time
 from dataclasses import dataclass, field
+from datetime import timedelta
 
 from agentruns.app.claimer import GroupClaimer
+from agentruns.app.holders import HolderHeartbeat
 from agentruns.app.kinds import RunKind, RunKinds
 from agentruns.app.metrics import Metrics, NoMetrics
-from agentruns.app.ports import NewFailure, Notifier
+from agentruns.app.ports import HolderStore, NewFailure, Notifier
 from agentruns.app.runs import AgentRuns
 from agentruns.app.settler import GroupSettler
 from agentruns.app.tracing import NoTracing, RunTrace, Tracing
 from agentruns.domain.backoff import RandomSource
-from agentruns.domain.errors import LeaseLost, RunNotFound, StoreUnavailable
+from agentruns.domain.errors import (
+    AgentRunsError,
+    LeaseLost,
+    RunNotFound,
+    StoreUnavailable,
+    UnknownKind,
+)
 from agentruns.domain.failure_records import FailureDetail, describe_failure
+from agentruns.domain.failures import ClassifiedFailure, FailureClass
+from agentruns.domain.holders import HolderBeat
 from agentruns.domain.run import AgentRun
 from agentruns.domain.termination import (
     EndRun,
+    GiveBack,
     RequeueRun,
     RunOutcome,
     TerminationReason,
@@ -70,9 +84,17 @@ class Worker:
         metrics: Metrics | None = None,
         group_commit: bool = True,
         tracing: Tracing | None = None,
+        holders: HolderStore | None = None,
+        renewal: timedelta = timedelta(seconds=10),
+        process: str = "python",
     ) -> None:
         if concurrency < 1:
             raise ValueError("a worker needs a concurrency of at least 1")
+        # With a holder store, run() keeps this worker's holder row (agentruns.app.holders):
+        # written at start and about every `renewal`, marked stopped on a clean stop.
+        self._holders = holders
+        self._renewal = renewal
+        self._process = process
         self._runs = runs
         self._kinds = kinds
         self._notifier = notifier
@@ -86,6 +108,9 @@ class Worker:
         self._running: set[asyncio.Task[RunOutcome]] = set()
         self._slot_freed = asyncio.Event()  # set by every run that ends
         self.stats = WorkerStats()
+        # The error of the last claim of the loop, None once a claim succeeds: a draining worker
+        # that stops on it may leave runs it could not claim.
+        self.claim_error: Exception | None = None
         # Step boundaries and ends of concurrently running runs share transactions (ADRs/0011),
         # with every other worker's on the same AgentRuns (ADRs/0017).
         self._group_commit = group_commit
@@ -99,7 +124,6 @@ class Worker:
     async def drive(self, run: AgentRun, *, claim_seconds: float = 0.0) -> RunOutcome:
         """Run a leased run's steps to its outcome (``claim_seconds``: how long the claim that
         leased it took, for its claim span)."""
-        kind = self._kinds.get(run.kind)
         trace = self._tracing.run(run, claim_seconds)
         started = time.perf_counter()
         # The lines' context is built only when they are written: a short run pays for it.
@@ -112,7 +136,12 @@ class Worker:
         failure: FailureDetail | None = None
         # The process's group for this event loop, looked up once per run, not per write.
         settler = GroupSettler.shared(self._runs) if self._group_commit else None
+        kind: RunKind | None = None
         try:
+            # Inside the try: a run of a kind not registered here (leased through another
+            # registry's claim, or by claim_subject) is a failure to recover from like a step's,
+            # never an error that kills this task with the run still leased.
+            kind = self._kinds.get(run.kind)
             await self._steps(run, kind, trace, settler)
             span = trace.end()
             try:
@@ -187,13 +216,20 @@ class Worker:
         return describe_failure(error, kind.classify(error).failure_class, run.payload)
 
     async def _recover(
-        self, run: AgentRun, kind: RunKind, error: Exception, trace: RunTrace
+        self, run: AgentRun, kind: RunKind | None, error: Exception, trace: RunTrace
     ) -> tuple[RunOutcome, FailureDetail]:
-        verdict = kind.classify(error)
+        """Classify the failure (``kind`` is None when the run's kind is not registered here:
+        class ``unknown_kind``), record it, and apply the domain's recovery decision."""
+        if kind is None:
+            verdict = ClassifiedFailure(FailureClass.UNKNOWN_KIND)
+            budget = run.attempt  # the kind's budget is unknown here; the decision needs none
+        else:
+            verdict = kind.classify(error)
+            budget = kind.policy.retry_budget
         detail = describe_failure(error, verdict.failure_class, run.payload)
-        decision = decide_recovery(verdict.failure_class, run.attempt, kind.policy.retry_budget)
+        decision = decide_recovery(verdict.failure_class, run.attempt, budget)
         log.warning(
-            "step failed: %s: %s",
+            "step failed: %s: %s" if kind is not None else "cannot run: %s: %s",
             detail.error_type,
             detail.message,
             extra={
@@ -214,15 +250,30 @@ class Worker:
                     await self._runs.end(run.fence, reason, failure=record)
                     self._metrics.ended(run.kind, reason)
                     return RunOutcome.FAILED, detail
-                case RequeueRun(attempt=attempt):
+                case RequeueRun(attempt=attempt) if kind is not None:
                     delay = kind.policy.backoff.retry_delay(attempt, self._rng, verdict.retry_after)
                     await self._runs.requeue(run.fence, charged=True, delay=delay, failure=record)
+                    self._metrics.requeued(run.kind)
+                    return RunOutcome.REQUEUED, detail
+                case RequeueRun():
+                    raise AssertionError("a charged requeue needs the run's kind")
+                case GiveBack(delay=delay):
+                    await self._runs.requeue(run.fence, charged=False, delay=delay, failure=record)
                     self._metrics.requeued(run.kind)
                     return RunOutcome.REQUEUED, detail
         except LeaseLost:
             return await self._lost(run), detail
         except StoreUnavailable:
             return self._unreachable(run), detail
+        except UnknownKind:
+            # Its kind keeps a domain row that only its handler may move: the run is left to
+            # lease expiry, for a reaper that registers the kind.
+            log.error(
+                "cannot give back a run whose kind keeps a domain row this process does not know; "
+                "the run is left to lease expiry",
+                extra=_context(run),
+            )
+            return RunOutcome.LEASE_LOST, detail
         finally:
             span.end()
 
@@ -266,7 +317,17 @@ class Worker:
         """Claim and drive runs until ``stop`` is set; then stop claiming, give running steps
         ``grace`` seconds to finish, and leave the rest to lease expiry and the reaper. With
         ``drain``, also stop once nothing is due and nothing runs (a run requeued for later
-        stays queued)."""
+        stays queued), or once a claim fails with nothing running: then :attr:`claim_error`
+        says why, and runs may be left that it could not claim. With a holder store, the
+        worker's heartbeat runs beside the loop, and a clean stop marks the holder stopped."""
+        if self._holders is None:
+            await self._loop(stop, grace, drain)
+            return
+        beat = HolderBeat(self.holder, self._process, tuple(self._claim_kinds()), self._renewal)
+        async with HolderHeartbeat(self._runs.stores.scope, self._holders, beat).kept():
+            await self._loop(stop, grace, drain)
+
+    async def _loop(self, stop: asyncio.Event, grace: float, drain: bool) -> None:
         running = self._running
         # Listen before the first claim: a run queued between that claim and the first wait
         # would otherwise wake nobody until the poll interval.
@@ -278,8 +339,11 @@ class Worker:
             if free > 0:
                 try:
                     claimed, seconds = await self._claim(free)
-                except Exception:  # a failing claim must not kill the worker
-                    log.exception("claim failed; retrying after the poll interval")
+                except Exception as error:  # a failing claim must not kill the worker
+                    self.claim_error = error
+                    _claim_failed(error, drain=drain and not running)
+                else:
+                    self.claim_error = None
             self.stats.claimed += len(claimed)
             for run in claimed:
                 task = asyncio.create_task(self.drive(run, claim_seconds=seconds))
@@ -299,6 +363,11 @@ class Worker:
     def _freed(self, task: asyncio.Task[RunOutcome]) -> None:
         self._running.discard(task)
         self._slot_freed.set()
+        if not task.cancelled() and (error := task.exception()) is not None:
+            # drive recovers from every failure it can; what escapes it is a bug, said once
+            # here rather than as "Task exception was never retrieved". The run stays leased
+            # until the reaper takes it back.
+            log.error("a run's task failed", exc_info=error)
 
     def abandon(self) -> None:
         """Drop every run in flight at once, settling nothing, as a crashed process would: the
@@ -306,11 +375,13 @@ class Worker:
         for task in list(self._running):
             task.cancel()
 
-    async def _claim_now(self, limit: int) -> list[AgentRun]:
+    def _claim_kinds(self) -> list[str]:
         # Only what this worker can run: its given kinds, else every kind registered now (a
         # kind is registered before workers start). With no kind at all it claims nothing.
-        kinds = self._only_kinds if self._only_kinds is not None else self._kinds.names()
-        return await self._runs.claim(self.holder, limit=limit, kinds=kinds)
+        return self._only_kinds if self._only_kinds is not None else self._kinds.names()
+
+    async def _claim_now(self, limit: int) -> list[AgentRun]:
+        return await self._runs.claim(self.holder, limit=limit, kinds=self._claim_kinds())
 
     async def _claim(self, limit: int) -> tuple[list[AgentRun], float]:
         started = time.perf_counter()
@@ -335,6 +406,16 @@ class Worker:
         for future in pending:
             future.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+
+
+def _claim_failed(error: Exception, *, drain: bool) -> None:
+    """One line for a failed claim: an agentruns error (a translated driver error, a refusal)
+    says all it knows in its message; anything else is a bug, with its traceback."""
+    then = "the drain stops" if drain else "retrying after the poll interval"
+    if isinstance(error, AgentRunsError):
+        log.error("claim failed; %s: %s", then, error)
+    else:
+        log.error("claim failed; %s", then, exc_info=error)
 
 
 def _context(run: AgentRun) -> dict[str, object]:

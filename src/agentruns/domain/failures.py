@@ -32,6 +32,10 @@ class FailureClass(enum.StrEnum):
     CONNECTION = "connection"
     # Recorded by the reaper when it takes back an expired lease: the holder died or stalled.
     LEASE_EXPIRED = "lease_expired"
+    # Recorded by a holder that leased a run of a kind it has not registered: nothing ran, and a
+    # process that registers the kind can run it (not a step's error: the classifier never
+    # answers it for one).
+    UNKNOWN_KIND = "unknown_kind"
     UNKNOWN = "unknown"
 
     @property

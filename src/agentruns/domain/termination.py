@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import enum
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import assert_never
 
 from agentruns.domain.failures import FailureClass
@@ -68,7 +69,25 @@ class RequeueRun:
     attempt: int
 
 
-Recovery = EndRun | RequeueRun
+# How long a run given back waits before it is offered again: long enough that a holder whose
+# claim still offers it (a registry that differs from its claim's kinds) does not spin on it,
+# short enough that a holder that knows the kind is barely delayed.
+GIVE_BACK_DELAY = timedelta(seconds=30)
+
+
+@dataclass(frozen=True, slots=True)
+class GiveBack:
+    """Recovery decision: queue the run again without spending an attempt, due after ``delay``.
+
+    The holder could not run it at all (its kind is not registered there): no step ran, so the
+    run's budget, which bounds failures of its work, is not charged, and a holder that knows
+    the kind takes it next.
+    """
+
+    delay: timedelta = GIVE_BACK_DELAY
+
+
+Recovery = EndRun | RequeueRun | GiveBack
 
 
 def decide_recovery(failure: FailureClass, attempt: int, retry_budget: int) -> Recovery:
@@ -76,9 +95,12 @@ def decide_recovery(failure: FailureClass, attempt: int, retry_budget: int) -> R
 
     ``attempt`` is the run's attempts spent so far; a requeue would spend one more. Not
     retryable ends NOT_RETRYABLE; retryable with the budget spent ends RETRIES_EXHAUSTED; else a
-    charged requeue. The decision never requeues past the budget.
+    charged requeue. The decision never requeues past the budget. A run whose kind the holder
+    does not know is given back uncharged (:class:`GiveBack`): it is not the run that failed.
     """
     match failure:
+        case FailureClass.UNKNOWN_KIND:
+            return GiveBack()
         case FailureClass.AUTH | FailureClass.CONFIGURATION | FailureClass.CLIENT_ERROR:
             return EndRun(TerminationReason.NOT_RETRYABLE)
         case (

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import random
 import socket
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator, Sequence
@@ -32,6 +33,7 @@ from agentruns.adapters.clock import SystemClock
 from agentruns.adapters.embedded import EmbeddedPostgres, EmbeddedStatus
 from agentruns.adapters.memory import MemoryFamily
 from agentruns.app.family import AdapterFamily
+from agentruns.app.holders import AgentHolders, HolderHeartbeat
 from agentruns.app.kinds import RunKinds
 from agentruns.app.metrics import Metrics, NoMetrics
 from agentruns.app.ports import Clock
@@ -46,6 +48,7 @@ from agentruns.app.tracing import NoTracing, Tracing
 from agentruns.app.worker import Worker
 from agentruns.domain.backoff import RandomSource
 from agentruns.domain.errors import DatabaseTimeout, StoreUnavailable
+from agentruns.domain.holders import HolderBeat
 from agentruns.domain.sandbox import SandboxTimings
 from agentruns.entrypoints.settings import AgentRunsSettings
 
@@ -138,6 +141,11 @@ def default_holder() -> str:
     return f"{socket.gethostname()}:{uuid.uuid4().hex[:8]}"
 
 
+def program_name() -> str:
+    """The process name a host's worker shows among the holders: its program's."""
+    return Path(sys.argv[0]).name if sys.argv and sys.argv[0] else "python"
+
+
 class AgentRunsContainer(containers.DeclarativeContainer):
     settings = providers.Singleton(AgentRunsSettings)
     profile = providers.Object("memory")
@@ -210,6 +218,18 @@ class AgentRunsContainer(containers.DeclarativeContainer):
         ),
         metrics=metrics,
         tracing=tracing,
+        holders=family.provided.holders,
+        renewal=settings.provided.lease_renewal,
+        process=providers.Callable(program_name),
+    )
+    # Who holds what, for `agentruns status` and the console.
+    holders = providers.Singleton(
+        AgentHolders,
+        scope=stores.provided.scope,
+        runs=stores.provided.runs,
+        store=family.provided.holders,
+        stats=run_stats,
+        renewal=settings.provided.lease_renewal,
     )
 
     # Schedules: synced from the kinds' declarations, ticked by any replica's scheduler.
@@ -525,5 +545,17 @@ async def serve_gateway(
     from agentruns.entrypoints.gateway import create_gateway, serve
 
     app = create_gateway(container.sandboxes(), container.runs())
-    grace = container.settings().shutdown_grace.total_seconds()
-    await serve(app, host, port, stop, started=started, grace=grace)
+    settings = container.settings()
+    # The gateway is among the holders, with the run kinds its sandboxes claim: a kind only
+    # sandboxes run is then not shown as one nobody runs. The leases are the sandboxes' own
+    # (sandbox:<id>), judged by their renewals.
+    sandbox_kinds: Sequence[AgentSandboxKind] = container.sandbox_kinds()
+    runs = sorted({run for kind in sandbox_kinds for run in kind.runs})
+    beat = HolderBeat(
+        f"gateway:{default_holder()}", "agentruns-gateway", tuple(runs), settings.lease_renewal
+    )
+    heartbeat = HolderHeartbeat(container.stores().scope, container.family().holders, beat)
+    async with heartbeat.kept():
+        await serve(
+            app, host, port, stop, started=started, grace=settings.shutdown_grace.total_seconds()
+        )

@@ -7,6 +7,7 @@ difference a test can rely on: transactions run one at a time.
 from __future__ import annotations
 
 from agentruns.adapters.memory.database import MemoryDatabase, MemoryTable, MemoryTransaction
+from agentruns.adapters.memory.holders import MemoryHolderStore
 from agentruns.adapters.memory.notifier import MemoryNotifier
 from agentruns.adapters.memory.runs import MemoryEventLog, MemoryRunStore
 from agentruns.adapters.memory.sandbox_claims import MemorySandboxClaims
@@ -32,6 +33,7 @@ class MemoryFamily(AdapterFamily):
         self._sandboxes = MemorySandboxStore(self.database, clock, self.runs)
         self._stats = MemoryRunStats(self.database, self.runs, self.workspaces, clock)
         self._schedules = MemoryScheduleStore(self.database, clock)
+        self._holders = MemoryHolderStore(self.database, clock)
         self._stores = Stores(
             scope=self.database,
             runs=self.runs,
@@ -56,6 +58,10 @@ class MemoryFamily(AdapterFamily):
     def schedules(self) -> MemoryScheduleStore:
         return self._schedules
 
+    @property
+    def holders(self) -> MemoryHolderStore:
+        return self._holders
+
     async def close(self) -> None:
         """Nothing to release: the family lives as long as a reference to it."""
 
@@ -69,6 +75,7 @@ __all__ = [
     "MemoryDatabase",
     "MemoryEventLog",
     "MemoryFamily",
+    "MemoryHolderStore",
     "MemoryNotifier",
     "MemoryRunStats",
     "MemoryRunStore",

@@ -28,6 +28,7 @@ from agentruns.app.ports import Clock, Transaction
 from agentruns.app.stats import ExpiredLeases, RunStats, RunStatus, count_runs
 from agentruns.domain.bands import Band
 from agentruns.domain.claim_order import SubjectKey, subject_key
+from agentruns.domain.holders import HeldLease, LeaseScan
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
@@ -100,6 +101,22 @@ class MemoryRunStats(RunStats):
 
     async def unsettled(self, tx: Transaction) -> int:
         return sum(1 for run in self._all(tx) if not _settled(run))
+
+    async def held_leases(
+        self, tx: Transaction, scan: LeaseScan, *, limit: int = 500
+    ) -> list[HeldLease]:
+        leases = [held for run in self._all(tx) if (held := _held(run)) is not None]
+        found = [
+            (lease, seq)
+            for lease, seq in leases
+            if lease.renewed_at < scan.renewed_before or lease.holder not in scan.live
+        ]
+        found.sort(key=lambda pair: (pair[0].renewed_at, pair[1]))
+        return [lease for lease, _ in found[:limit]]
+
+    async def queued_kinds(self, tx: Transaction) -> dict[str, int]:
+        counted = Counter(run.kind for run in self._all(tx) if run.state is AgentRunState.QUEUED)
+        return dict(sorted(counted.items()))
 
     async def overview(
         self, tx: Transaction, *, window: timedelta, soon: timedelta, expiring: int = 20
@@ -273,3 +290,20 @@ def _expired_by_kind(runs: list[AgentRun], now: datetime) -> tuple[ExpiredLeases
             held = oldest.get(run.kind)
             oldest[run.kind] = run.leased_until if held is None else min(held, run.leased_until)
     return tuple(ExpiredLeases(kind, counted[kind], oldest[kind]) for kind in sorted(counted))
+
+
+def _held(run: AgentRun) -> tuple[HeldLease, int] | None:
+    """A leased run as the holders' view reads it, with its queue order; None if not leased."""
+    if run.state is not AgentRunState.LEASED or run.leased_until is None:
+        return None
+    lease = HeldLease(
+        run.id,
+        run.kind,
+        run.workspace,
+        run.subject,
+        run.holder,
+        run.epoch,
+        run.leased_until,
+        run.lease,
+    )
+    return lease, run.seq

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from agentruns.adapters.postgres.connections import ConnectionOptions
 from agentruns.adapters.postgres.database import PostgresDatabase, PostgresTransaction
+from agentruns.adapters.postgres.holders import PostgresHolderStore
 from agentruns.adapters.postgres.migrate import migrate, migrations_path
 from agentruns.adapters.postgres.notifier import PostgresNotifier
 from agentruns.adapters.postgres.runs import PostgresEventLog, PostgresRunStore
@@ -54,6 +55,7 @@ class PostgresFamily(AdapterFamily):
         self._sandboxes = PostgresSandboxStore(self.database)
         self._stats = PostgresRunStats(self.database)
         self._schedules = PostgresScheduleStore(self.database)
+        self._holders = PostgresHolderStore(self.database)
 
     @property
     def stores(self) -> Stores:
@@ -70,6 +72,10 @@ class PostgresFamily(AdapterFamily):
     @property
     def schedules(self) -> PostgresScheduleStore:
         return self._schedules
+
+    @property
+    def holders(self) -> PostgresHolderStore:
+        return self._holders
 
     async def close(self) -> None:
         await self.notifier.close()
@@ -99,6 +105,7 @@ __all__ = [
     "PostgresDatabase",
     "PostgresEventLog",
     "PostgresFamily",
+    "PostgresHolderStore",
     "PostgresNotifier",
     "PostgresRunStore",
     "PostgresSandboxStore",

@@ -95,6 +95,11 @@ OBJECTS: tuple[Privileges, ...] = (
         "an enqueue's trigger records its kind; a worker's claim reads the kinds seen",
     ),
     _table("agent_budget_hold", _DML, "budget holds are set, read and lifted"),
+    _table(
+        "agent_holder",
+        _DML,
+        "each worker and gateway beats its row, marks it stopped, clears rows a day unseen",
+    ),
     _table("agent_sandbox", _DML, "the gateway and the sandbox reaper keep sandboxes"),
     _table(
         "agent_schedule",

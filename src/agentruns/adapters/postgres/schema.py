@@ -30,7 +30,7 @@ from sqlalchemy import (
     UniqueConstraint,
     text,
 )
-from sqlalchemy.dialects.postgresql import JSONB, UUID
+from sqlalchemy.dialects.postgresql import ARRAY, JSONB, UUID
 
 metadata = MetaData()
 
@@ -69,6 +69,23 @@ agent_kind = Table(
     "agent_kind",
     metadata,
     Column("name", Text, primary_key=True),
+)
+
+# One row per process that leases runs (a worker; a gateway for its sandboxes), written when it
+# starts and about every `renewal` after, off the claim path, and marked stopped on a clean
+# shutdown; the domain judges it live or gone (agentruns.domain.holders). Small and read whole.
+agent_holder = Table(
+    "agent_holder",
+    metadata,
+    Column("holder", Text, primary_key=True),
+    Column("process", Text, nullable=False),
+    Column("kinds", ARRAY(Text), nullable=False, server_default=text("'{}'")),
+    Column("renewal", Interval, nullable=False),
+    Column("started_at", TZ, nullable=False),
+    Column("seen_at", TZ, nullable=False),
+    Column("stopped_at", TZ),
+    CheckConstraint("renewal > interval '0'", name="ck_agent_holder_renewal"),
+    CheckConstraint("seen_at >= started_at", name="ck_agent_holder_seen"),
 )
 
 agent_budget_hold = Table(

@@ -45,6 +45,7 @@ _BIND_TYPES: dict[str, TypeEngine[Any]] = {
     # The enqueuer's trace context: NULL when there is none, not the JSON null.
     "trace_context": JSONB(none_as_null=True),
     "excluding": ARRAY(Text),
+    "live": ARRAY(Text),
 }
 
 

@@ -30,6 +30,7 @@ from agentruns.app.ports import BudgetHold, Transaction
 from agentruns.app.stats import ExpiredLeases, RunCount, RunStats, RunStatus
 from agentruns.domain.bands import Band
 from agentruns.domain.claim_order import SubjectKey
+from agentruns.domain.holders import HeldLease, LeaseScan
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
@@ -138,6 +139,20 @@ SELECT id, kind, workspace, subject, holder, epoch, leased_until, count(*) OVER 
 FROM agent_run
 WHERE state = 'leased' AND leased_until <= {NOW} + CAST(:soon AS interval)
 ORDER BY leased_until, seq LIMIT :limit
+""")
+
+# The leases that may be quiet (the domain decides which are): renewed before a time, or held
+# by a holder not among the live ones. Leased runs are few (bounded by the workers' slots) and
+# read through their partial index.
+HELD_LEASES = statement("""
+SELECT id, kind, workspace, subject, holder, epoch, leased_until, lease FROM agent_run
+WHERE state = 'leased'
+  AND (leased_until - lease < :renewed_before OR holder <> ALL (CAST(:live AS text[])))
+ORDER BY leased_until - lease, seq LIMIT :limit
+""")
+
+QUEUED_KINDS = statement("""
+SELECT kind, count(*) AS runs FROM agent_run WHERE state = 'queued' GROUP BY kind ORDER BY kind
 """)
 
 WORKSPACE_QUEUED = statement(f"""
@@ -279,6 +294,27 @@ class PostgresRunStats(RunStats):
                 for row in await fetch(tx, EXPIRED_BY_KIND, self._params())
             ),
         )
+
+    async def held_leases(
+        self, tx: Transaction, scan: LeaseScan, *, limit: int = 500
+    ) -> list[HeldLease]:
+        params = {"renewed_before": scan.renewed_before, "live": list(scan.live), "limit": limit}
+        return [
+            HeldLease(
+                row["id"],
+                row["kind"],
+                row["workspace"],
+                row["subject"],
+                row["holder"],
+                row["epoch"],
+                row["leased_until"],
+                row["lease"],
+            )
+            for row in await fetch(tx, HELD_LEASES, params)
+        ]
+
+    async def queued_kinds(self, tx: Transaction) -> dict[str, int]:
+        return {row["kind"]: int(row["runs"]) for row in await fetch(tx, QUEUED_KINDS, {})}
 
     async def workspace_loads(self, tx: Transaction) -> WorkspaceLoads:
         now: datetime = (await fetch(tx, NOW_SELECT, self._params()))[0]["now"]

@@ -16,10 +16,11 @@ from agentruns.app.runs import AgentRuns
 from agentruns.app.stats import RunStatus
 from agentruns.domain.bands import Band
 from agentruns.domain.errors import UnknownKind
+from agentruns.domain.holders import HolderView
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
 from agentruns.entrypoints import container as composition
-from agentruns.entrypoints.cli import render
+from agentruns.entrypoints.cli import holders, render
 from agentruns.entrypoints.cli.root import DatabaseName, DataDir, KindRefs, app, out, runs_app
 from agentruns.entrypoints.cli.support import (
     CliError,
@@ -64,7 +65,8 @@ def status(
     database_name: DatabaseName = None,
 ) -> None:
     """Where the database is; runs by state, band, workspace and end reason; expired and
-    orphaned leases; the oldest due run's wait; budget holds."""
+    orphaned leases; the oldest due run's wait; budget holds; the holders (live and gone, with
+    their process names), quiet leases, and queued runs of kinds no live holder claims."""
 
     def body() -> None:
         config = settings()
@@ -72,22 +74,28 @@ def status(
         orphan_after = config.lease_renewal * 3
         with database(config, data_dir, database_name) as url:
             built = postgres_container(config, url)
-            report = _using(built, _status)
+            report, held = _using(built, _status)
             where = composition.shown_url(url)
         if as_json:
-            fields = {"database": where, **render.status_fields(report, orphan_after)}
+            fields = {
+                "database": where,
+                **render.status_fields(report, orphan_after),
+                **holders.fields(held),
+            }
             print(json.dumps(fields, indent=2))
         else:
             print(f"database: {where}")
             out.print(render.status(report, orphan_after))
+            out.print(holders.holders(held))
 
     guarded(body)
 
 
-async def _status(built: AgentRunsContainer) -> RunStatus:
+async def _status(built: AgentRunsContainer) -> tuple[RunStatus, HolderView]:
     async with built.stores().scope.transaction() as tx:
         found: RunStatus = await built.run_stats().status(tx)
-        return found
+    held: HolderView = await built.holders().view()
+    return found, held
 
 
 # -- enqueue --------------------------------------------------------------------------------

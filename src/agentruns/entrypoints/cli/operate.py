@@ -239,7 +239,10 @@ def worker(
     ] = None,
     drain: Annotated[
         bool,
-        typer.Option("--drain", help="Exit once no run is due and none is in flight."),
+        typer.Option(
+            "--drain",
+            help="Exit once no run is due and none is in flight; exit 1 if a claim failed.",
+        ),
     ] = False,
     metrics_port: MetricsPort = None,
     metrics_host: MetricsHost = "127.0.0.1",
@@ -268,7 +271,7 @@ def worker(
 
 async def _work(built: AgentRunsContainer, holder: str, drain: bool) -> None:
     config = built.settings()
-    running = built.worker(holder=holder)
+    running = built.worker(holder=holder, process="agentruns-worker")
     stop = asyncio.Event()
     stop_on_signals(stop)
     sampler = asyncio.create_task(
@@ -293,6 +296,14 @@ async def _work(built: AgentRunsContainer, holder: str, drain: bool) -> None:
             extra={"holder": holder, "claimed": running.stats.claimed, **outcomes},
         )
         await composition.close(built)
+    if drain and running.claim_error is not None:
+        # Its claim failed (a role without a privilege, the database gone): whatever is queued
+        # is still there, and a script that drains must not read that as done. The error's
+        # first line says why (PostgreSQL's context lines, the statement, are in the log).
+        why = str(running.claim_error).strip().splitlines() or [type(running.claim_error).__name__]
+        raise CliError(
+            f"--drain stopped because its claim failed, so runs may be left queued: {why[0]}"
+        )
 
 
 @app.command()

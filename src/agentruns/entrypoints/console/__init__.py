@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from starlette.types import ASGIApp
 
+from agentruns.app.holders import AgentHolders
 from agentruns.entrypoints.console.access import MAX_BODY_BYTES, ConsoleAccess, Gate, is_local
 from agentruns.entrypoints.console.app import ConsoleServices, build
 
@@ -55,6 +56,13 @@ def create_console(
         sandboxes=client.family.sandboxes,
         soon=client.settings.lease_renewal,
         window=window,
+        holders=AgentHolders(
+            client.family.stores.scope,
+            client.family.stores.runs,
+            client.family.holders,
+            client.family.stats,
+            renewal=client.settings.lease_renewal,
+        ),
     )
     return Gate(
         build(services, read_only=read_only, access=access), access, max_body=MAX_BODY_BYTES

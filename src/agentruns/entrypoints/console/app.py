@@ -37,6 +37,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from agentruns.app.holders import AgentHolders
 from agentruns.app.overview import Overview
 from agentruns.app.ports import BudgetHold, TransactionScope
 from agentruns.app.runs import MAX_PAGE, AgentRuns, RunPage
@@ -111,6 +112,8 @@ class ConsoleServices:
     # a lease is orphaned (no reaper registers its kind), as `agentruns status` says.
     soon: timedelta
     window: timedelta = timedelta(minutes=30)
+    # Who holds what (live and gone holders, quiet leases, kinds nobody claims); None: not shown.
+    holders: AgentHolders | None = None
 
 
 _ENVIRONMENT = Environment(
@@ -273,7 +276,9 @@ class _Console:
     async def _overview_context(self) -> dict[str, Any]:
         found = await self._overview()
         orphaned = found.orphaned(self._services.soon * 3)
+        held = await self._services.holders.view() if self._services.holders else None
         return {
+            "held": held,
             "page": "overview",
             "o": found,
             "bands": list(Band),
