@@ -6,8 +6,9 @@ another one (Debian's packaged server with its default settings, JIT on), in one
 For each server, alternating: a drain of ``--runs`` runs (200) by one worker loop, each drain on
 a fresh database migrated to head, ``--repeats`` times; then ``make depth``'s workspace axis
 (the claim's p50/p99 on the same queue over 10, 1,000 and 10,000 open workspaces) at the quick
-scale. With ``--before REVISION`` the other server also drains a database migrated only to that
-revision (the schema before a fix), to show what the fix changed. Writes the ``servers``
+scale. With ``--jit-as-before`` the other server also drains a database whose functions run with
+the server's own JIT setting, as before revision 0015, to show what that revision changed.
+Writes the ``servers``
 section of ``bench/RESULTS.md``; the targets: the other server's drain within 1.5x the
 embedded server's, and a flat workspace axis on each.
 """
@@ -30,26 +31,31 @@ from bench.results import write_section
 from bench.server import BenchServer, bench_server
 from bench.throughput import agentruns_runner
 
+# The functions 0015 set jit = off on, and the settings they keep without it.
+_JIT_AS_BEFORE = """
+ALTER FUNCTION agent_claim(timestamptz, interval, text, integer) RESET jit;
+ALTER FUNCTION guard_agent_run_event_insert() RESET jit;
+ALTER FUNCTION agent_lane_fold() RESET jit;
+ALTER FUNCTION agent_run_inserted() RESET jit;
+ALTER FUNCTION agent_run_moved() RESET jit;
+ALTER FUNCTION agent_run_gone() RESET jit;
+ALTER FUNCTION guard_agent_run_event_delete() RESET jit;
+"""
 
-async def _drain(server: BenchServer, runs: int, revision: str | None = None) -> float:
+
+async def _drain(server: BenchServer, runs: int, jit_as_before: bool = False) -> float:
     url = server.create_database("servers")
     try:
         await agentruns_runner.prepare(url, runs)
-        if revision is not None:
-            # The same queue on the schema of ``revision``: rows stay, functions go back.
-            await asyncio.to_thread(_downgrade, url, revision)
+        if jit_as_before:
+            async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
+                await conn.execute(_JIT_AS_BEFORE)
         done, seconds = await agentruns_runner.drain_worker_loop(url, concurrency=16)
     finally:
         server.drop_database(url)
     if done != runs:
         raise RuntimeError(f"the worker loop drained {done} of {runs} runs")
     return seconds
-
-
-def _downgrade(url: str, revision: str) -> None:
-    from agentruns.adapters.postgres.migrate import downgrade
-
-    downgrade(url, revision)
 
 
 def _describe(server: BenchServer) -> str:
@@ -69,20 +75,21 @@ def _load() -> str:
 
 
 async def measure(
-    embedded: BenchServer, other: BenchServer, runs: int, repeats: int, before: str | None
+    embedded: BenchServer, other: BenchServer, runs: int, repeats: int, jit_as_before: bool
 ) -> tuple[dict[str, list[float]], dict[str, list[depth.ClaimPoint]]]:
     drains: dict[str, list[float]] = {"embedded": [], "other": []}
-    if before is not None:
-        drains["other, at " + before] = []
+    before = "other, functions with the server's JIT setting (as before 0015)"
+    if jit_as_before:
+        drains[before] = []
     for round_ in range(repeats):
         for name, server in (("embedded", embedded), ("other", other)):
             seconds = await _drain(server, runs)
             drains[name].append(seconds)
             print(f"drain {round_ + 1}: {name} {runs} runs in {seconds:.2f}s", flush=True)
-    if before is not None:
-        seconds = await _drain(other, runs, before)
-        drains["other, at " + before].append(seconds)
-        print(f"drain: other at {before} {runs} runs in {seconds:.2f}s", flush=True)
+    if jit_as_before:
+        seconds = await _drain(other, runs, jit_as_before=True)
+        drains[before].append(seconds)
+        print(f"drain: {before}: {runs} runs in {seconds:.2f}s", flush=True)
     scale = depth.SCALES["quick"]
     axes = {
         "embedded": await depth.workspace_axis(embedded, scale),
@@ -157,7 +164,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--url", required=True, help="the other server's admin URL")
     parser.add_argument("--runs", type=int, default=200)
     parser.add_argument("--repeats", type=int, default=3)
-    parser.add_argument("--before", help="also drain the other server at this revision")
+    parser.add_argument(
+        "--jit-as-before", action="store_true", help="also drain with 0015's jit = off undone"
+    )
     parser.add_argument("--no-write", action="store_true", help="print only")
     args = parser.parse_args(argv)
     started = datetime.now(UTC)
@@ -165,7 +174,8 @@ def main(argv: list[str] | None = None) -> int:
     with bench_server() as embedded, bench_server(args.url) as other:
         servers = {"embedded": _describe(embedded), "other": _describe(other)}
         t0 = time.perf_counter()
-        drains, axes = asyncio.run(measure(embedded, other, args.runs, args.repeats, args.before))
+        measured = measure(embedded, other, args.runs, args.repeats, args.jit_as_before)
+        drains, axes = asyncio.run(measured)
         print(f"measured in {time.perf_counter() - t0:.0f}s", flush=True)
     shown = [arg for arg in (sys.argv[1:] if argv is None else argv) if arg != "--no-write"]
     shown = ["--url", "URL" if "--url" in shown else ""] + [

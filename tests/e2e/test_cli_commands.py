@@ -143,7 +143,8 @@ def test_a_drain_whose_claims_fail_exits_non_zero_with_one_line(postgres_url: st
     assert drained.exit_code == 1, drained.output
     [line] = [line for line in drained.stderr.splitlines() if line.startswith("agentruns: error")]
     assert "--drain stopped because its claim failed" in line
-    assert line.endswith("permission denied for table agent_workspace_delta")
+    assert "permission denied for table agent_workspace_delta" in line
+    assert line.endswith("(`agentruns db grants --role worker|reader` prints what each role needs)")
     assert "Traceback" not in drained.stderr
     assert all(shown(postgres_url, run_id)["state"] == "queued" for run_id in queued)
     # With the privilege, the same drain claims them all and exits 0.
