@@ -46,7 +46,7 @@ unit: install
 # The server matrix (.ci/servers runs both): the PostgreSQL tiers on the server that
 # AGENTRUNS_TEST_DATABASE_URL names (a non-superuser role with CREATEDB and CREATEROLE), and the
 # contract suite's PostgreSQL half through a transaction-mode pooler (its URL with
-# ?agentruns_pooler=transaction).
+# ?agentruns_pooler=transaction, and AGENTRUNS_TEST_ADMIN_URL the direct one to clone databases).
 PG_TIERS := tests/postgres tests/contract tests/e2e tests/examples
 
 test-server: install

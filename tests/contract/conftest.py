@@ -12,12 +12,14 @@ import pytest
 from agentruns.adapters.clock import ManualClock
 from agentruns.adapters.memory import MemoryFamily
 from agentruns.adapters.postgres import PostgresFamily
+from agentruns.adapters.postgres.connections import ConnectionOptions
 from agentruns.app.family import AdapterFamily
 from agentruns.app.kinds import RunKinds
 from agentruns.app.ports import Stores
 from agentruns.app.reaper import AgentRunReaper
 from agentruns.app.runs import AgentRuns
 from agentruns.app.worker import Worker
+from agentruns.testing import PostgresTestServer
 from examples.review import ReviewJobs, review_jobs
 from tests.contract.kinds import contract_kinds
 
@@ -62,7 +64,11 @@ async def backend(request: pytest.FixtureRequest, clock: ManualClock) -> AsyncIt
     elif request.param == "postgres":
         # Only a PostgreSQL test asks for the server, so a memory-only run never starts it.
         url: str = request.getfixturevalue("postgres_url")
-        family = PostgresFamily(url, clock)
+        server: PostgresTestServer = request.getfixturevalue("agentruns_server")
+        # Through a transaction pooler, wake-ups listen on a direct connection.
+        listen = server.direct_url(url)
+        options = None if listen is None else ConnectionOptions(listen_url=listen)
+        family = PostgresFamily(url, clock, options=options)
         try:
             yield Backend("postgres", clock, family, review_jobs(family))
         finally:

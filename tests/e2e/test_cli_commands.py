@@ -116,6 +116,8 @@ def role_without(url: str, privilege: str, table: str) -> Iterator[str]:
     role = f"agentruns_{uuid4().hex[:12]}"
     with psycopg.connect(url, autocommit=True) as admin:
         admin.execute(f"CREATE ROLE {role} LOGIN PASSWORD 'secret'")
+        # A non-superuser administrator (CI's) drops what the role owns only as its member.
+        admin.execute(f"GRANT {role} TO CURRENT_USER")
         admin.execute(f"GRANT USAGE ON SCHEMA public TO {role}")
         admin.execute(f"GRANT ALL ON ALL TABLES IN SCHEMA public TO {role}")
         admin.execute(f"GRANT ALL ON ALL SEQUENCES IN SCHEMA public TO {role}")

@@ -61,8 +61,12 @@ class Roles:
     reader: str
 
 
+# Each role logs in with a password: a packaged server asks for one over TCP.
+PASSWORD = "role-secret"
+
+
 def _as(url: str, user: str) -> str:
-    return make_url(url).set(username=user).render_as_string(hide_password=False)
+    return make_url(url).set(username=user, password=PASSWORD).render_as_string(hide_password=False)
 
 
 def invoke(url: str, *args: str) -> Result:
@@ -95,7 +99,10 @@ def roles(postgres_server: str) -> Iterator[Roles]:
     names = ("ar_owner", "ar_worker", "ar_reader")
     with psycopg.connect(postgres_server, autocommit=True) as admin:
         for name in names:
-            admin.execute(f"CREATE ROLE {name} LOGIN NOSUPERUSER")
+            admin.execute(f"CREATE ROLE {name} LOGIN NOSUPERUSER PASSWORD '{PASSWORD}'")
+            # An administrator that is no superuser (CI's, with CREATEROLE) acts for a role it
+            # is a member of: creating the owner's schema, dropping what the roles own.
+            admin.execute(f"GRANT {name} TO CURRENT_USER")
     try:
         with empty_database(postgres_server) as url:
             made = Roles(url, *(_as(url, name) for name in names))

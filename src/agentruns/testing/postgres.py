@@ -77,15 +77,17 @@ def create_template(url: str, name: str, chains: Sequence[MigrationChain] = ()) 
 
 
 @contextlib.contextmanager
-def cloned_database(url: str, template: str) -> Iterator[str]:
-    """A fresh database cloned from ``template``, dropped when the block ends."""
+def cloned_database(url: str, template: str, admin_url: str | None = None) -> Iterator[str]:
+    """A fresh database cloned from ``template``, dropped when the block ends. ``admin_url``
+    (the same server, connected directly) creates and drops it when ``url`` goes through a
+    pooler, whose idle connections to the template would make the clone fail."""
     name = f"t_{os.getpid()}_{next(_numbers)}"
-    with _admin(url) as admin:
+    with _admin(admin_url or url) as admin:
         admin.execute(f"CREATE DATABASE {name} TEMPLATE {template}")
     try:
         yield with_database(url, name)
     finally:
-        with _admin(url) as admin:
+        with _admin(admin_url or url) as admin:
             admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
 
 
@@ -97,11 +99,17 @@ def empty_database(url: str) -> Iterator[str]:
 
 
 class PostgresTestServer:
-    """One server for a test session; templates are made on first use, one per set of chains."""
+    """One server for a test session; templates are made on first use, one per set of chains.
 
-    def __init__(self, url: str) -> None:
+    ``admin_url`` (``AGENTRUNS_TEST_ADMIN_URL``): the same server connected directly, for a
+    ``url`` that goes through a transaction pooler. Templates are made and databases created and
+    dropped through it, so the pooler never holds a connection to a template; the tests' own
+    connections go through ``url``."""
+
+    def __init__(self, url: str, admin_url: str | None = None) -> None:
         self.url = url
         """The server's URL (its ``postgres`` database)."""
+        self.admin_url = admin_url or url
         self._templates: dict[tuple[MigrationChain, ...], str] = {}
 
     @classmethod
@@ -109,7 +117,15 @@ class PostgresTestServer:
     def start(cls) -> Iterator[PostgresTestServer]:
         """The session's server (see the module docstring), stopped when the block ends."""
         with server_url() as url:
-            yield cls(url)
+            yield cls(url, os.environ.get("AGENTRUNS_TEST_ADMIN_URL") or None)
+
+    def direct_url(self, url: str) -> str | None:
+        """The direct URL of ``url``'s database when the tests go through a pooler (a wake-up
+        listener needs a session of its own), else None."""
+        if self.admin_url == self.url:
+            return None
+        database = make_url(url).database
+        return with_database(self.admin_url, database) if database else None
 
     def template(self, chains: Sequence[MigrationChain] = ()) -> str:
         """The name of the template migrated with agentruns' schema and these chains."""
@@ -117,18 +133,18 @@ class PostgresTestServer:
         if key not in self._templates:
             digest = hashlib.sha1(repr(key).encode(), usedforsecurity=False).hexdigest()[:10]
             name = f"{TEMPLATE_PREFIX}_{os.getpid()}_{digest}"
-            create_template(self.url, name, key)
+            create_template(self.admin_url, name, key)
             self._templates[key] = name
         return self._templates[key]
 
     @contextlib.contextmanager
     def database(self, chains: Sequence[MigrationChain] = ()) -> Iterator[str]:
         """A fresh migrated database of its own while the block runs; its URL."""
-        with cloned_database(self.url, self.template(chains)) as url:
+        with cloned_database(self.url, self.template(chains), self.admin_url) as url:
             yield url
 
     def drop_templates(self) -> None:
-        with _admin(self.url) as admin:
+        with _admin(self.admin_url) as admin:
             for name in self._templates.values():
                 admin.execute(f"DROP DATABASE IF EXISTS {name} WITH (FORCE)")
         self._templates.clear()

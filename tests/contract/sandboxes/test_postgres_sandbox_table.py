@@ -9,6 +9,7 @@ from uuid import UUID, uuid4
 import psycopg
 import pytest
 
+from agentruns.adapters.postgres.connections import libpq_url
 from agentruns.adapters.postgres.migrate import downgrade, migrate
 from tests.contract.sandboxes.world import START
 from tests.postgres_server import empty_database
@@ -18,7 +19,8 @@ pytestmark = pytest.mark.postgres
 
 @pytest.fixture
 def db(postgres_url: str) -> Iterator[psycopg.Connection[tuple[object, ...]]]:
-    with psycopg.connect(postgres_url, autocommit=True) as connection:
+    # The bare URL: libpq takes no agentruns_pooler parameter (a pooler tier's URL has one).
+    with psycopg.connect(libpq_url(postgres_url), autocommit=True) as connection:
         yield connection
 
 
@@ -165,7 +167,7 @@ async def test_the_sandbox_revision_downgrades_and_upgrades(postgres_server: str
     with empty_database(postgres_server) as url:
         migrate(url, "0002_sandboxes")
         downgrade(url, "0001_runs")
-        with psycopg.connect(url) as connection:
+        with psycopg.connect(libpq_url(url)) as connection:
             tables = {
                 row[0]
                 for row in connection.execute(
@@ -175,7 +177,7 @@ async def test_the_sandbox_revision_downgrades_and_upgrades(postgres_server: str
             assert "agent_sandbox" not in tables
             assert "agent_run" in tables
         migrate(url, "0002_sandboxes")
-        with psycopg.connect(url) as connection:
+        with psycopg.connect(libpq_url(url)) as connection:
             row = connection.execute("SELECT version_num FROM alembic_version").fetchone()
             assert row == ("0002_sandboxes",)
             assert connection.execute("SELECT count(*) FROM agent_sandbox").fetchone() == (0,)
