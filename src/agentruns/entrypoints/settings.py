@@ -73,6 +73,14 @@ class AgentRunsSettings(BaseSettings):
     console_token: SecretStr | None = None
     console_user: str | None = None
     console_password: SecretStr | None = None
+    # Without a credential the console answers only requests sent to a loopback name or address
+    # (DNS rebinding); these comma-separated names too (`*`: any).
+    console_hosts: str = Field(
+        default="",
+        description="Comma-separated extra Host names a console without a credential answers to.",
+    )
+    # The sandbox gateway answers 408 to a client still sending its body after this (0: none).
+    gateway_body_timeout: Duration = timedelta(seconds=10)
     # Connections (README, "In production"). `transaction`: a transaction-pooling PgBouncer (or
     # the like) is in front of the server, so nothing is prepared and nothing SET per session;
     # the URL may say so too (?agentruns_pooler=transaction, which overrides this). LISTEN needs
@@ -89,3 +97,7 @@ class AgentRunsSettings(BaseSettings):
     statement_timeout: Duration = timedelta(seconds=30)
     migration_lock_timeout: Duration = timedelta(seconds=5)
     migration_attempts: PositiveInt = 5
+
+    @property
+    def console_host_names(self) -> tuple[str, ...]:
+        return tuple(name.strip() for name in self.console_hosts.split(",") if name.strip())

@@ -67,7 +67,7 @@ def console(
         registry = load_kinds(kinds or [])
         with database(config, data_dir, database_name) as url:
             built = postgres_container(config, url, registry, process="console")
-            asyncio.run(_serve(built, host, port, read_only, access))
+            asyncio.run(_serve(built, host, port, read_only, access, config.console_host_names))
 
     guarded(body)
 
@@ -95,6 +95,7 @@ async def _serve(
     port: int,
     read_only: bool,
     access: ConsoleAccess | None,
+    hosts: tuple[str, ...],
 ) -> None:
     from agentruns.entrypoints.console import create_console
     from agentruns.entrypoints.http import serve
@@ -114,6 +115,7 @@ async def _serve(
             client,
             access=access,
             read_only=read_only,
+            hosts=hosts,
         )
         await serve(app, host, port, stop, started=started, grace=2.0)
     except OSError as exc:
