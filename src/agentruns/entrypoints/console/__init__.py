@@ -3,7 +3,7 @@
 ``agentruns console`` serves it; a host mounts :func:`create_console`'s ASGI app under its own
 prefix, behind its own authentication if it likes::
 
-    app.mount("/ops/agentruns", agentruns.create_console(client))
+    app.mount("/ops/agentruns", agentruns.create_console(client, hosts=["ops.example.com"]))
 
 Pages are rendered on the server (Jinja2) from the read model; a few lines of JavaScript refresh
 the overview every two seconds and count leases down. Templates and static files ship inside the
