@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime
 
@@ -37,18 +37,19 @@ async def client() -> AsyncIterator[AgentRunsClient]:
         yield made
 
 
-Served = Callable[..., Awaitable[str]]
-
-
 @asynccontextmanager
 async def _served(client: AgentRunsClient, **options: object) -> AsyncIterator[str]:
-    stop = asyncio.Event()
+    stop, ready = asyncio.Event(), asyncio.Event()
     urls: list[str] = []
+
+    def started(url: str) -> None:
+        urls.append(url)
+        ready.set()
+
     app = create_console(client, **options)  # type: ignore[arg-type]
-    task = asyncio.create_task(serve(app, "127.0.0.1", 0, stop, started=urls.append, grace=1))
+    task = asyncio.create_task(serve(app, "127.0.0.1", 0, stop, started=started, grace=1))
     try:
-        while not urls:
-            await asyncio.sleep(0.01)
+        await asyncio.wait_for(ready.wait(), timeout=10)
         yield urls[0]
     finally:
         stop.set()
@@ -80,7 +81,9 @@ async def test_a_console_without_credential_refuses_a_rebound_host_name(
             )
             assert lines[0] == "HTTP/1.1 421 Misdirected Request"
             body = lines[lines.index("") + 1 :]
-            assert body == ["misdirected request: this console answers to its own host names only\n"]
+            assert body == [
+                "misdirected request: this console answers to its own host names only\n"
+            ]
         # A rebound page cancels nothing, whatever CSRF pair and Origin it sends.
         form = f"csrf=x&run={queued.id}"
         lines = await _raw(
@@ -93,7 +96,9 @@ async def test_a_console_without_credential_refuses_a_rebound_host_name(
         assert lines[0] == "HTTP/1.1 421 Misdirected Request"
         assert (await client.runs.get(queued.id)).state is agentruns.AgentRunState.QUEUED
         for name in (f"127.0.0.1:{port}", f"localhost:{port}", "localhost"):
-            lines = await _raw(url, f"GET /runs HTTP/1.1\r\nHost: {name}\r\nConnection: close\r\n\r\n")
+            lines = await _raw(
+                url, f"GET /runs HTTP/1.1\r\nHost: {name}\r\nConnection: close\r\n\r\n"
+            )
             assert lines[0] == "HTTP/1.1 200 OK", name
     async with _served(client, hosts=("console.internal",)) as url:
         lines = await _raw(
