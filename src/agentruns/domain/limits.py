@@ -44,9 +44,9 @@ MAX_LEASE = timedelta(days=1)
 MAX_DEADLINE = timedelta(days=366)
 MAX_DELAY = timedelta(days=366)
 # Further back than this is before any run (and, far enough, before the year 1).
-MAX_RETENTION = timedelta(days=36_600)
-# A schedule ticks at least once a century: its ticks stay within the years 1 to 9999.
-MAX_PERIOD = timedelta(days=36_600)
+MAX_RETENTION = timedelta(days=36_500)
+# A schedule ticks at least once a century (the durations parser's longest, too).
+MAX_PERIOD = timedelta(days=36_500)
 
 _SHOWN = 80
 
