@@ -11,6 +11,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agentruns.domain.durations import parse_duration
 
+# A worker's slots share its connection pool and its event loop: past this, run more workers.
+MAX_WORKER_CONCURRENCY = 10_000
+
 # The one duration parser of the command line and the settings (its InvalidDuration is a
 # ValueError, which pydantic reports as this setting's error).
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
@@ -54,7 +57,7 @@ class AgentRunsSettings(BaseSettings):
     sandbox_start: Duration = timedelta(minutes=2)
     sandbox_idle: Duration = timedelta(minutes=1)
     conversation_sandbox_idle: Duration = timedelta(minutes=15)
-    worker_concurrency: PositiveInt = 8
+    worker_concurrency: Annotated[int, Field(ge=1, le=MAX_WORKER_CONCURRENCY)] = 8
     poll_interval: Duration = timedelta(seconds=2)
     shutdown_grace: Duration = timedelta(seconds=30)
     reap_batch: PositiveInt = 500

@@ -55,7 +55,13 @@ def console(
     workspaces). Retrying, or cancelling a kind with a domain row, needs its --kinds."""
 
     def body() -> None:
-        from agentruns.entrypoints.console import is_local
+        try:
+            from agentruns.entrypoints.console import is_local
+        except ImportError as exc:
+            raise CliError(
+                "the console needs its extra: pip install 'agentruns[console]' "
+                f"({exc.name} is missing)"
+            ) from None
 
         config = settings()
         access = _access(config)
@@ -73,12 +79,8 @@ def console(
 
 
 def _access(config: AgentRunsSettings) -> ConsoleAccess | None:
-    try:
-        from agentruns.entrypoints.console import ConsoleAccess
-    except ImportError as exc:
-        raise CliError(
-            f"the console needs its extra: pip install 'agentruns[console]' ({exc.name} is missing)"
-        ) from None
+    from agentruns.entrypoints.console import ConsoleAccess
+
     token = config.console_token.get_secret_value() if config.console_token else None
     password = config.console_password.get_secret_value() if config.console_password else None
     if token is None and config.console_user is None and password is None:

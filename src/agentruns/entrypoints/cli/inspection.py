@@ -14,6 +14,7 @@ from rich.console import RenderableType
 
 from agentruns.app.runs import AgentRuns
 from agentruns.app.stats import RunStatus
+from agentruns.domain import limits
 from agentruns.domain.bands import Band
 from agentruns.domain.errors import UnknownKind
 from agentruns.domain.holders import HolderView
@@ -142,6 +143,10 @@ def enqueue(
             data = json.loads(payload)
         except json.JSONDecodeError as exc:
             raise CliError(f"--payload is not JSON: {exc}") from None
+        except RecursionError:
+            raise CliError(
+                f"--payload is nested deeper than {limits.MAX_JSON_DEPTH} levels"
+            ) from None
         Band.parse(band)
         with database(config, data_dir, database_name) as url:
             built = postgres_container(config, url, registry)
