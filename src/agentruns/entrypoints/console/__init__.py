@@ -63,6 +63,8 @@ def create_console(
         hours=24
     ):
         raise ValueError("the console's window is from one minute to a day")
+    if isinstance(hosts, str):
+        raise ValueError("hosts is a collection of host names, not one string")
     services = ConsoleServices(
         runs=client.runs,
         stats=client.family.stats,
