@@ -122,7 +122,7 @@ async def measure(url: str, repeat: int) -> list[tuple[str, float, float, float]
         }
         app = agentruns.create_console(client)
         transport = httpx.ASGITransport(app=app)
-        async with httpx.AsyncClient(transport=transport, base_url="http://bench") as http:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
             for name, path in pages.items():
                 await http.get(path)  # warm: the pool's connections and the statements
                 times = []

@@ -114,6 +114,15 @@ REFUSED: dict[str, Call] = {
     "negative requeue delay": lambda r, f: r.requeue(f, charged=False, delay=timedelta(seconds=-1)),
     "claim by a holder with a NUL": lambda r, f: r.claim("w\x00"),
     "run id that is a string": lambda r, f: r.cancel(str(f.run_id)),  # type: ignore[arg-type]
+    # Memory said RunNotFound, PostgreSQL InvalidRequest, for each of these (issue 27).
+    "retry of a run id that is not a UUID": lambda r, f: r.retry("zz"),  # type: ignore[arg-type]
+    "failures of a run id that is not a UUID": lambda r, f: r.failures("zz"),  # type: ignore[arg-type]
+    "continue_after a run id that is a string": lambda r, f: r.continue_after(
+        "zz"  # type: ignore[arg-type]
+    ),
+    # An OverflowError on both adapters (the cutoff before the year 1).
+    "purge with a retention of 10**8 days": lambda r, f: r.purge(timedelta(days=10**8)),
+    "purge with the longest timedelta": lambda r, f: r.purge(timedelta.max),
     "budget hold until a naive time": lambda r, f: r.hold_budget(
         BudgetHold("acme", datetime(2026, 3, 2))
     ),

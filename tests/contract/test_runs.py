@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import random
 from datetime import UTC, datetime, timedelta
-from uuid import uuid4
+from uuid import UUID, uuid4
 
 import pytest
 
@@ -57,6 +57,24 @@ async def test_bad_input_is_refused_and_nothing_is_written(
     with pytest.raises(error):
         await runs.enqueue(kind, **request)  # type: ignore[arg-type]
     assert await runs.claim("w", limit=10) == []
+
+
+async def test_ids_between_is_the_range_of_an_id_prefix_in_uuid_order(
+    runs: AgentRuns, backend: Backend
+) -> None:
+    """As ``runs show PREFIX`` asks it: PostgreSQL's uuid order is the memory adapter's."""
+    ids = sorted(
+        [(await runs.enqueue("chat", workspace="acme", subject=f"s{n}")).id for n in range(30)]
+    )
+    low, high = ids[3], ids[20]
+    async with backend.stores.scope.transaction() as tx:
+        assert await backend.stores.runs.ids_between(tx, low, high, 100) == ids[3:21]
+        assert await backend.stores.runs.ids_between(tx, low, high, 2) == ids[3:5]
+        digit = str(ids[0])[0]
+        prefix = [run_id for run_id in ids if str(run_id).startswith(digit)]
+        low, high = (UUID(digit.ljust(32, fill)) for fill in "0f")
+        assert await backend.stores.runs.ids_between(tx, low, high, 100) == prefix
+        assert await backend.stores.runs.ids_between(tx, high, low, 100) == []
 
 
 async def test_an_enqueued_run_is_queued_and_due_now(runs: AgentRuns, backend: Backend) -> None:

@@ -2,7 +2,8 @@
 
 ``python -m tests.e2e.gateway_process`` builds a memory world with one sandbox holding one leased
 run, serves the gateway on a free port of 127.0.0.1, prints one JSON line (its URL, the sandbox's
-token, the leased run and its epoch), and serves until its standard input closes.
+token, the leased run and its epoch), and serves until its standard input closes. An argument
+is the body timeout in seconds (the default otherwise).
 """
 
 from __future__ import annotations
@@ -11,8 +12,9 @@ import asyncio
 import json
 import sys
 import threading
+from datetime import timedelta
 
-from agentruns.entrypoints.gateway import create_gateway, serve
+from agentruns.entrypoints.gateway import BODY_TIMEOUT, create_gateway, serve
 from tests.contract.sandboxes.world import world_of
 
 
@@ -36,7 +38,8 @@ async def main() -> None:
             said = {"url": url, "token": token, "run": str(leased.id), "epoch": leased.epoch}
             print(json.dumps(said), flush=True)
 
-        app = create_gateway(world.sandboxes, world.runs)
+        body_timeout = timedelta(seconds=float(sys.argv[1])) if sys.argv[1:] else BODY_TIMEOUT
+        app = create_gateway(world.sandboxes, world.runs, body_timeout=body_timeout)
         await serve(app, "127.0.0.1", 0, stop, started=started, grace=1)
 
 

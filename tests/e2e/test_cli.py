@@ -232,6 +232,26 @@ def test_runs_show_of_an_unknown_or_malformed_id_is_one_line(postgres_url: str) 
     assert_one_line_error(invoke(postgres_url, "runs", "show", missing), "no run")
 
 
+def test_runs_show_takes_a_unique_id_prefix_and_names_the_matches_of_an_ambiguous_one(
+    postgres_url: str,
+) -> None:
+    runs = enqueue(postgres_url, 40)
+    run = runs[0]
+    for prefix in (str(run.id)[:8], str(run.id)[:-4], str(run.id)[:13].upper()):
+        result = invoke(postgres_url, "runs", "show", prefix)
+        assert result.exit_code == 0, result.output
+        assert str(run.id) in result.stdout
+    # 40 ids over 16 first digits: some digit starts at least three of them.
+    by_digit: dict[str, list[str]] = {}
+    for one in runs:
+        by_digit.setdefault(str(one.id)[0], []).append(str(one.id))
+    digit, shared = max(by_digit.items(), key=lambda item: len(item[1]))
+    result = invoke(postgres_url, "runs", "show", digit)
+    assert_one_line_error(result, f"{digit} is the start of several run ids", "give more digits")
+    assert sum(one in result.stderr for one in shared) == min(len(shared), 5)
+    assert_one_line_error(invoke(postgres_url, "runs", "show", "b42e22zz"), "not a run id")
+
+
 def test_runs_cancel_ends_a_queued_run_and_refuses_an_ended_one(postgres_url: str) -> None:
     [run] = enqueue(postgres_url, 1)
     cancelled = invoke(postgres_url, "runs", "cancel", str(run.id), "--kinds", KINDS)

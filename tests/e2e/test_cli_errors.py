@@ -78,8 +78,46 @@ ERRORS: list[tuple[list[str], str]] = [
     (["enqueue", REVIEW, "--kinds", KINDS, "--payload", "{not json"], "--payload is not JSON"),
     (["enqueue", REVIEW, "--kinds", KINDS, "--payload", "[1, 2]"], "JSON object"),
     (["enqueue", REVIEW, "--kinds", KINDS, "--band", "urgent"], "unknown band 'urgent'"),
+    # Found by issue 27: tracebacks, a callable called, an emoji, hidden or upper-case reasons.
+    (
+        ["enqueue", REVIEW, "--kinds", KINDS, "--payload", "[" * 100_000 + "]" * 100_000],
+        "--payload is nested deeper than 64 levels",
+    ),
+    (
+        ["enqueue", REVIEW, "--kinds", KINDS, "--due", "0001-01-01T00:00:00+05:00"],
+        "--due: '0001-01-01T00:00:00+05:00' falls outside the years 1 to 9999 in UTC",
+    ),
+    (["enqueue", REVIEW, "--kinds", KINDS, "--due", "-5m"], "--due: '-5m' is negative"),
+    (
+        ["enqueue", REVIEW, "--kinds", KINDS, "--due", "99999999999d"],
+        "--due: '99999999999d' is longer than 36500 days",
+    ),
+    (
+        ["enqueue", REVIEW, "--kinds", KINDS, "--band", "urgent"],
+        "expected one of interactive, batch, background",
+    ),
+    (["worker", "--kinds", "os:system"], "--kinds os:system is not a RunKinds"),
+    (["worker", "--kinds", "os.path:join"], "is a function that needs arguments"),
+    (["worker", "--kinds", "no_such_module_anywhere:x"], "--kinds no_such_module_anywhere:x:"),
+    (["worker", "--kinds", KINDS, "--concurrency", "99999999999"], "from 1 to 10000 runs"),
+    (["schedules", "list", "--database", "no_such_database"], "does not exist"),
+    (["schedules", "pause", "nightly", "--database", "no_such_database"], "does not exist"),
+    (["schedules", "resume", "nightly", "--database", "no_such_database"], "does not exist"),
+    (["schedules", "sync", "--kinds", KINDS, "--database", "no_such_database"], "does not exist"),
+    (
+        [
+            "gateway",
+            "--kinds",
+            KINDS,
+            "--sandboxes",
+            "tests.e2e.sandbox_host:HOSTING",
+            "--database",
+            "no_such_database",
+        ],
+        "does not exist",
+    ),
     (["enqueue", REVIEW, "--kinds", KINDS, "--workspace", " "], "workspace"),
-    (["worker", "--kinds", KINDS, "--concurrency", "0"], "at least 1"),
+    (["worker", "--kinds", KINDS, "--concurrency", "0"], "from 1 to 10000 runs"),
     (["runs", "show", "not-a-uuid"], "not a run id"),
     (["runs", "list", "--state", "done"], "no state 'done': expected one of queued, leased, ended"),
     (["runs", "list", "--reason", "oops"], "no reason 'oops'"),
@@ -166,3 +204,15 @@ def test_the_installed_command_prints_no_traceback_either(migrated_url: str) -> 
         assert "Traceback" not in done.stderr + done.stdout
         assert done.stderr.strip().count("\n") == 0
         assert done.stderr.startswith("agentruns: error: ")
+
+
+def test_the_console_without_its_extra_says_which_to_install(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """As the gateway does: one line naming the extra, not ModuleNotFoundError: starlette."""
+    for name in list(sys.modules):
+        if name == "starlette" or name.startswith(("starlette.", "agentruns.entrypoints.console")):
+            monkeypatch.delitem(sys.modules, name)
+    monkeypatch.setitem(sys.modules, "starlette", None)
+    result = CliRunner().invoke(app, ["console"])
+    assert_one_line_error(result, "pip install 'agentruns[console]'", "(starlette")

@@ -43,11 +43,13 @@ class Served:
 
 
 @pytest.fixture
-def served() -> Iterator[Served]:
+def served(request: pytest.FixtureRequest) -> Iterator[Served]:
     if not Path("/proc/self/status").exists():
         pytest.fail("these tests read a process's memory from /proc (Linux)")
+    body_timeout = getattr(request, "param", None)
+    extra = [str(body_timeout)] if body_timeout is not None else []
     process = subprocess.Popen(
-        [sys.executable, "-m", "tests.e2e.gateway_process"],
+        [sys.executable, "-m", "tests.e2e.gateway_process", *extra],
         cwd=ROOT,
         stdin=subprocess.PIPE,
         stdout=subprocess.PIPE,
@@ -125,3 +127,39 @@ async def test_an_authenticated_body_over_the_limit_is_refused_unread(served: Se
         )
     assert renewed.status_code == 200
     assert renewed.json()["id"] == served.run
+
+
+@pytest.mark.parametrize("served", [1.0], indirect=True)
+async def test_a_body_trickled_past_the_body_timeout_is_refused(served: Served) -> None:
+    """14 bytes, one a second: answered 408 after the body timeout (1 s here), not held."""
+    parts = urlsplit(served.url)
+    body = json.dumps({"epoch": served.epoch}).encode().ljust(14)
+    reader, writer = await asyncio.open_connection(parts.hostname, parts.port)
+    head = [
+        f"POST /internal/agent/runs/{served.run}/renew HTTP/1.1",
+        f"Host: {parts.netloc}",
+        f"Authorization: Bearer {served.token}",
+        "Content-Type: application/json",
+        f"Content-Length: {len(body)}",
+    ]
+    writer.write(("\r\n".join(head) + "\r\n\r\n").encode())
+    loop = asyncio.get_running_loop()
+    started = loop.time()
+
+    async def trickle() -> None:
+        try:
+            for byte in body:
+                writer.write(bytes([byte]))
+                await writer.drain()
+                await asyncio.sleep(1)
+        except ConnectionError:
+            pass
+
+    trickling = asyncio.create_task(trickle())
+    try:
+        status = await asyncio.wait_for(reader.readline(), timeout=10)
+    finally:
+        trickling.cancel()
+        writer.close()
+    assert int(status.split()[1]) == 408
+    assert loop.time() - started < 4

@@ -45,11 +45,20 @@ END = (
     "UPDATE agent_run SET state = 'ended', end_reason = 'completed', ended_at = now(), "
     "leased_until = NULL WHERE id = %(run)s"
 )
+# An append counts the event on its run and numbers it by the count, as the adapter does.
 EVENT = (
+    "WITH counted AS (UPDATE agent_run SET events = events + 1 WHERE id = %(run)s "
+    "RETURNING id, events) "
     "INSERT INTO agent_run_event (run_id, seq, epoch, type, data, created_at) "
-    "SELECT %(run)s, COALESCE(max(seq), 0) + 1, {epoch}, 'step', '{{}}', now() "
-    "FROM agent_run_event WHERE run_id = %(run)s"
+    "SELECT id, events, {epoch}, 'step', '{{}}', now() FROM counted"
 )
+# An event inserted as given, its run's count untouched.
+RAW_EVENT = (
+    "INSERT INTO agent_run_event (run_id, seq, epoch, type, data, created_at) "
+    "SELECT %(run)s, {seq}, epoch, 'step', '{{}}', now() FROM agent_run WHERE id = %(run)s"
+)
+COUNT = "(SELECT events FROM agent_run WHERE id = %(run)s)"
+COUNT_ONE_MORE = "UPDATE agent_run SET events = events + 1 WHERE id = %(run)s"
 JOB = (
     "INSERT INTO review_job (run_id, workspace, subject, status, attempt) "
     "SELECT id, {workspace}, {subject}, {status}, {attempt} FROM agent_run WHERE id = %(run)s"
@@ -73,6 +82,9 @@ STARTS = {
     "requeued": (CLAIM, CHARGED_REQUEUE),
     "leased-again": (CLAIM, CHARGED_REQUEUE, CLAIM),
     "ended": (CLAIM, EVENT.format(epoch=CURRENT), END),
+    "claimed": (CLAIM,),
+    # The count moved past its events (legal by itself: the next append is what it breaks).
+    "counted ahead": (CLAIM, EVENT.format(epoch=CURRENT), COUNT_ONE_MORE),
     "queued-job": (_job(),),
 }
 
@@ -259,17 +271,59 @@ ILLEGAL = {
         "leased", EVENT.format(epoch=f"{CURRENT} + 1"), "guard_agent_run_event"
     ),
     "event appended to an ended run": Illegal(
-        "ended", EVENT.format(epoch=CURRENT), "guard_agent_run_event"
+        "ended", RAW_EVENT.format(seq=f"{COUNT} + 1"), "guard_agent_run_event"
     ),
     "event appended to a queued run": Illegal(
-        "requeued", EVENT.format(epoch=CURRENT), "guard_agent_run_event"
+        "requeued", RAW_EVENT.format(seq=f"{COUNT} + 1"), "guard_agent_run_event"
     ),
     "stale event appended by a statement with a CTE": Illegal(
         "leased",
-        "WITH added AS ("
-        + EVENT.format(epoch=f"{CURRENT} - 1")
-        + " RETURNING seq) SELECT * FROM added",
+        "WITH added AS (INSERT INTO agent_run_event (run_id, seq, epoch, type, data, created_at) "
+        f"SELECT %(run)s, 2, {CURRENT} - 1, 'step', '{{}}', now() RETURNING seq) "
+        "SELECT * FROM added",
         "guard_agent_run_event",
+    ),
+    # Events are numbered by their run's count: 1, 2, 3..., no 0, no gap (issue 27).
+    "event numbered 0": Illegal("claimed", RAW_EVENT.format(seq="0"), "guard_agent_run_event_seq"),
+    "event not counted on its run": Illegal(
+        "leased", RAW_EVENT.format(seq=f"{COUNT} + 1"), "guard_agent_run_event_seq"
+    ),
+    "event numbered past its run's count": Illegal(
+        "leased",
+        EVENT.format(epoch=CURRENT).replace("SELECT id, events,", "SELECT id, events + 5,"),
+        "guard_agent_run_event_seq",
+    ),
+    "event after a gap in the numbers": Illegal(
+        "counted ahead", EVENT.format(epoch=CURRENT), "guard_agent_run_event_seq"
+    ),
+    "run inserted with an event count": Illegal(
+        "queued",
+        INSERT.replace("lease)", "lease, events)")
+        .replace("interval '30 seconds')", "interval '30 seconds', 3)")
+        .replace("%(run)s, 'review'", "gen_random_uuid(), 'review'"),
+        "guard_agent_run_events",
+    ),
+    "event count set freely": Illegal(
+        "leased", "UPDATE agent_run SET events = 40 WHERE id = %(run)s", "guard_agent_run_events"
+    ),
+    "event count lowered": Illegal(
+        "leased",
+        "UPDATE agent_run SET events = events - 1 WHERE id = %(run)s",
+        "guard_agent_run_events",
+    ),
+    "event count moved on an ended run": Illegal("ended", COUNT_ONE_MORE, "guard_agent_run"),
+    "event count moved by a claim": Illegal(
+        "queued", CLAIM.replace("SET ", "SET events = events + 1, "), "guard_agent_run_events"
+    ),
+    "event count moved with a requeue": Illegal(
+        "leased", REQUEUE.replace("SET ", "SET events = events + 1, "), "guard_agent_run_events"
+    ),
+    # TRUNCATE fires no row trigger: a statement trigger keeps the delete rules.
+    "TRUNCATE of the runs": Illegal(
+        "leased", "TRUNCATE agent_run CASCADE", "guard_agent_run_delete"
+    ),
+    "TRUNCATE of the events": Illegal(
+        "leased", "TRUNCATE agent_run_event", "guard_agent_run_event"
     ),
     "stale event among good ones": Illegal(
         "leased",
@@ -376,6 +430,60 @@ def test_the_legal_raw_writes_are_accepted(db: Db) -> None:
     assert db.execute(
         "SELECT count(*) FROM agent_run_event WHERE run_id = %(run)s", params
     ).fetchone() == (0,)
+
+
+def test_a_lease_moved_into_the_past_is_legal_and_fences_nothing_else(db: Db) -> None:
+    """ADRs/0016 (issue 27): an operator may expire a lease now, to hand it to the reaper; the
+    epoch, holder and events are untouched, and the take-back after it is legal."""
+    run = _start(db, "leased")
+    params = {"run": run}
+    db.execute(
+        "UPDATE agent_run SET leased_until = now() - interval '1 hour' WHERE id = %(run)s", params
+    )
+    db.execute(CHARGED_REQUEUE, params)
+    row = db.execute("SELECT state, epoch, attempt FROM agent_run WHERE id = %(run)s", params)
+    assert row.fetchone() == ("queued", 1, 1)
+
+
+SANDBOX = (
+    "INSERT INTO agent_sandbox (id, kind, workspace, subject, state, requested_at, shutdown_at, "
+    "claim_name) VALUES (%(id)s, 'coder', 'ws', %(subject)s, 'requested', now(), "
+    "now() + interval '1 hour', %(claim)s)"
+)
+
+
+def test_only_a_deleting_sandbox_row_is_deleted(db: Db) -> None:
+    """A live sandbox's row owns its claim: DELETE of a requested or ready one is refused by
+    name (issue 27); the reaper's delete of a deleting one passes."""
+    for state in ("requested", "ready"):
+        sandbox = uuid4()
+        params = {"id": sandbox, "subject": f"task:{sandbox}", "claim": f"sbx-{sandbox.hex}"}
+        db.execute(SANDBOX, params)
+        if state == "ready":
+            db.execute(
+                "UPDATE agent_sandbox SET state = 'ready', ready_at = now() WHERE id = %(id)s",
+                params,
+            )
+        with pytest.raises(errors.CheckViolation) as refused:
+            db.execute("DELETE FROM agent_sandbox WHERE id = %(id)s", params)
+        assert refused.value.diag.constraint_name == "guard_agent_sandbox_delete"
+        db.execute("UPDATE agent_sandbox SET state = 'deleting' WHERE id = %(id)s", params)
+        db.execute("DELETE FROM agent_sandbox WHERE id = %(id)s", params)
+        gone = db.execute("SELECT count(*) FROM agent_sandbox WHERE id = %(id)s", params)
+        assert gone.fetchone() == (0,)
+
+
+def test_ended_runs_and_their_events_may_be_truncated(db: Db) -> None:
+    """The TRUNCATE guards refuse only what DELETE refuses: with every run ended, both go."""
+    with db.transaction():
+        db.execute("SAVEPOINT before_truncate")
+        db.execute("SET LOCAL session_replication_role = replica")
+        db.execute("DELETE FROM agent_run WHERE state <> 'ended'")
+        db.execute("SET LOCAL session_replication_role = origin")
+        db.execute("TRUNCATE agent_run_event")
+        db.execute("TRUNCATE agent_run CASCADE")
+        assert db.execute("SELECT count(*) FROM agent_run").fetchone() == (0,)
+        db.execute("ROLLBACK TO SAVEPOINT before_truncate")
 
 
 def test_a_queued_run_may_be_cancelled_and_an_ended_runs_events_trimmed(db: Db) -> None:

@@ -236,7 +236,7 @@ async def test_the_read_only_console_answers_as_the_reader_which_may_not_write(
     async with agentruns.connect(roles.reader, kinds=KINDS, settings=_settings()) as reader:
         console = agentruns.create_console(reader, read_only=True)
         transport = httpx.ASGITransport(app=console)
-        async with httpx.AsyncClient(transport=transport, base_url="http://console") as http:
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
             for path in (
                 "/",
                 "/live/overview",

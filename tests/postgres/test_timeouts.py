@@ -106,7 +106,7 @@ async def test_a_timed_out_read_is_a_clear_page_in_the_console(
     try:
         async with httpx.AsyncClient(
             transport=httpx.ASGITransport(app=console),  # type: ignore[arg-type]
-            base_url="http://console.test",
+            base_url="http://localhost",
         ) as http:
             for path in ("/", "/runs", "/workspaces", "/live/overview"):
                 page = await http.get(path)

@@ -56,7 +56,7 @@ async def client() -> AsyncIterator[AgentRunsClient]:
 def _http(app: object, **options: object) -> httpx.AsyncClient:
     return httpx.AsyncClient(
         transport=httpx.ASGITransport(app=app),  # type: ignore[arg-type]
-        base_url="http://console.test",
+        base_url="http://localhost",
         **options,  # type: ignore[arg-type]
     )
 
@@ -333,4 +333,45 @@ def test_the_command_refuses_a_network_address_without_a_credential(
     with pytest.raises(SystemExit):
         app(["console", "--host", "10.0.0.1"], prog_name="agentruns")
     [line] = capsys.readouterr().err.strip().splitlines()
-    assert "a console token has at least 8 characters" in line
+    assert "a console token has at least 16 characters" in line
+
+
+def test_the_login_throttle_doubles_its_wait_and_remembers_a_bounded_number_of_addresses() -> None:
+    from agentruns.entrypoints.console.access import LoginThrottle
+
+    now = [0.0]
+    throttle = LoginThrottle(free=2, longest=8.0, remembered=3, clock=lambda: now[0])
+    for _ in range(2):
+        assert throttle.wait("a") == 0
+        throttle.failed("a")
+    assert throttle.wait("a") == 1.0
+    for expected in (2.0, 4.0, 8.0, 8.0):
+        throttle.failed("a")
+        assert throttle.wait("a") == expected
+    now[0] = 8.0
+    assert throttle.wait("a") == 0
+    for address in ("b", "c", "d"):
+        throttle.failed(address)
+    assert len(throttle) == 3
+    assert throttle.wait("a") == 0  # the least recently failed address was forgotten
+    throttle.failed("b")
+    throttle.succeeded("b")
+    assert len(throttle) == 2
+
+
+async def test_a_planted_csrf_pair_and_a_token_of_another_session_are_refused(
+    client: AgentRunsClient,
+) -> None:
+    queued = await client.runs.enqueue("summarise", workspace="acme", subject="doc:9")
+    app = create_console(client, access=ConsoleAccess(token=TOKEN))
+    bearer = {"authorization": f"Bearer {TOKEN}"}
+    async with _http(app, headers=bearer) as http:
+        page = (await http.get(f"/confirm?action=cancel&run={queued.id}")).text
+        mine = _csrf(page)
+    async with _http(app) as browser:
+        assert (await browser.post("/login", data={"token": TOKEN})).status_code == 303
+        # The bearer session's token does not hold for the browser's session.
+        browser.cookies.set("agentruns_csrf", mine)
+        answer = await browser.post("/actions/cancel", data={"csrf": mine, "run": str(queued.id)})
+        assert answer.status_code == 403
+    assert (await client.runs.get(queued.id)).state is agentruns.AgentRunState.QUEUED

@@ -134,6 +134,8 @@ def test_six_fields_tick_by_the_second() -> None:
         (None, "UTC", timedelta(milliseconds=500)),
         (None, "UTC", timedelta(seconds=1.5)),
         (None, "UTC", timedelta(0)),
+        (None, "UTC", timedelta(days=3_000_000)),
+        (None, "UTC", timedelta(days=36_501)),
     ],
 )
 def test_a_timing_that_cannot_tick_is_refused(
@@ -144,6 +146,20 @@ def test_a_timing_that_cannot_tick_is_refused(
 
     with pytest.raises(InvalidSchedule):
         build()
+
+
+def test_a_schedule_of_an_interval_past_a_century_is_refused_at_declaration() -> None:
+    from agentruns import Schedule
+
+    with pytest.raises(InvalidSchedule, match="at most 36500 days"):
+        Schedule("rare", kind="k", every=timedelta(days=3_000_000), workspace="w", subject="s")
+
+
+def test_the_longest_interval_has_no_tick_past_the_year_9999_and_none_before_the_year_1() -> None:
+    century = Interval(timedelta(days=36_500))
+    assert century.next_after(datetime(9990, 1, 1, tzinfo=UTC)) is None
+    assert century.last_at_or_before(datetime(1, 1, 2, tzinfo=UTC)) is None
+    assert century.next_after(datetime(2026, 1, 1, tzinfo=UTC)) == datetime(2069, 12, 7, tzinfo=UTC)
 
 
 # -- properties ---------------------------------------------------------------------------------

@@ -285,6 +285,11 @@ class RunStore(Protocol):
         """The run that continues run ``run_id`` (its ``continues``), if one does."""
         ...
 
+    async def ids_between(self, tx: Transaction, low: UUID, high: UUID, limit: int) -> list[UUID]:
+        """Up to ``limit`` run ids from ``low`` to ``high`` (both included), in UUID order: the
+        runs whose id starts with a prefix (an index range, never a scan)."""
+        ...
+
     async def purge(self, tx: Transaction, ended_before: datetime, limit: int) -> int:
         """Delete up to ``limit`` runs ended before ``ended_before`` (with their events)."""
         ...

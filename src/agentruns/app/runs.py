@@ -457,6 +457,7 @@ class AgentRuns:
         run with its epochs and one more attempt, refused once the kind's budget is spent, for a
         run that ended COMPLETED, CANCELLED or CONTINUED, and for one already continued (a
         second retry of the same run would do its work twice)."""
+        limits.run_id(run_id)
         async with self.transaction() as inner:
             ended = await self._stores.runs.get(inner, run_id)
             if ended is None:
@@ -589,15 +590,22 @@ class AgentRuns:
         """The run's failed attempts, oldest first: each with its error type, message, failure
         class, attempt, epoch, holder and a bounded, redacted traceback. RunNotFound if there
         is no such run (a purged run's records went with it)."""
+        limits.run_id(run_id)
         async with self.transaction() as inner:
             if await self._stores.runs.get(inner, run_id) is None:
                 raise RunNotFound(f"no run {run_id}")
             return await self._stores.runs.failures(inner, run_id)
 
     async def purge(self, older_than: timedelta, *, batch: int = 1000) -> int:
-        """Delete runs (and their events) that ended more than ``older_than`` ago."""
+        """Delete runs (and their events) that ended more than ``older_than`` ago (at most
+        :data:`~agentruns.domain.limits.MAX_RETENTION`)."""
         if not isinstance(older_than, timedelta) or older_than < timedelta(0):
             raise InvalidRequest("purge needs a retention that is not negative")
+        if older_than > limits.MAX_RETENTION:
+            raise InvalidRequest(
+                f"purge's retention is at most {limits.MAX_RETENTION.days} days, not "
+                f"{older_than.days} days"
+            )
         if not isinstance(batch, int) or isinstance(batch, bool) or batch < 1:
             raise InvalidRequest(f"purge needs a batch of at least one, not {limits.shown(batch)}")
         total = 0

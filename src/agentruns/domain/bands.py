@@ -30,7 +30,7 @@ class Band(enum.IntEnum):
                 return cls(value)
             except ValueError:
                 pass
-        names = ", ".join(band.name for band in cls)
+        names = ", ".join(band.name.lower() for band in cls)
         raise InvalidBand(f"unknown band {value!r}: expected one of {names}")
 
 

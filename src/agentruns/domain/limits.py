@@ -20,7 +20,9 @@ times                       timezone-aware datetimes whose UTC time falls within
                             9999; a run's ``deadline_at`` after its ``due_at``
 durations                   a kind's lease longer than zero and at most :data:`MAX_LEASE`; its
                             deadline longer than zero and at most :data:`MAX_DEADLINE`; a
-                            requeue delay and a backoff cap at most :data:`MAX_DELAY`
+                            requeue delay and a backoff cap at most :data:`MAX_DELAY`; a
+                            purge's retention at most :data:`MAX_RETENTION`; a schedule's
+                            period at most :data:`MAX_PERIOD`
 epochs                      integers from 0 to :data:`MAX_EPOCH` (PostgreSQL's ``integer``)
 ==========================  =====================================================================
 """
@@ -41,6 +43,10 @@ MAX_EPOCH = 2**31 - 1
 MAX_LEASE = timedelta(days=1)
 MAX_DEADLINE = timedelta(days=366)
 MAX_DELAY = timedelta(days=366)
+# Further back than this is before any run (and, far enough, before the year 1).
+MAX_RETENTION = timedelta(days=36_500)
+# A schedule ticks at least once a century (the durations parser's longest, too).
+MAX_PERIOD = timedelta(days=36_500)
 
 _SHOWN = 80
 

@@ -29,6 +29,7 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 from cronsim import CronSim, CronSimError
 
 from agentruns.domain.errors import InvalidSchedule
+from agentruns.domain.limits import MAX_PERIOD
 
 UNIX_EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 _SECOND = timedelta(seconds=1)
@@ -67,21 +68,33 @@ def _floor_second(moment: datetime) -> datetime:
 
 @dataclass(frozen=True, slots=True)
 class Interval:
-    """Every ``every`` (whole seconds, at least one), counted from the Unix epoch."""
+    """Every ``every`` (whole seconds, at least one, at most :data:`MAX_PERIOD`), counted from
+    the Unix epoch. A tick past the year 9999 (or before the year 1) is none."""
 
     every: timedelta
 
     def __post_init__(self) -> None:
         if self.every < _SECOND or self.every % _SECOND:
             raise InvalidSchedule(f"an interval is whole seconds, at least 1 s, not {self.every}")
+        if self.every > MAX_PERIOD:
+            raise InvalidSchedule(
+                f"an interval is at most {MAX_PERIOD.days} days, not {self.every.days} days"
+            )
 
     def next_after(self, moment: datetime) -> datetime | None:
         elapsed = _aware(moment) - UNIX_EPOCH
-        return UNIX_EPOCH + (elapsed // self.every + 1) * self.every
+        return _tick(elapsed // self.every + 1, self.every)
 
     def last_at_or_before(self, moment: datetime) -> datetime | None:
         elapsed = _aware(moment) - UNIX_EPOCH
-        return UNIX_EPOCH + (elapsed // self.every) * self.every
+        return _tick(elapsed // self.every, self.every)
+
+
+def _tick(count: int, every: timedelta) -> datetime | None:
+    try:
+        return UNIX_EPOCH + count * every
+    except OverflowError:
+        return None
 
 
 @dataclass(frozen=True, slots=True)

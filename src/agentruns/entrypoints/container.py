@@ -544,8 +544,10 @@ async def serve_gateway(
     :class:`OSError` before anything is served."""
     from agentruns.entrypoints.gateway import create_gateway, serve
 
-    app = create_gateway(container.sandboxes(), container.runs())
     settings = container.settings()
+    app = create_gateway(
+        container.sandboxes(), container.runs(), body_timeout=settings.gateway_body_timeout
+    )
     # The gateway is among the holders, with the run kinds its sandboxes claim: a kind only
     # sandboxes run is then not shown as one nobody runs. The leases are the sandboxes' own
     # (sandbox:<id>), judged by their renewals.

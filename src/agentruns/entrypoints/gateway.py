@@ -4,8 +4,9 @@ Only ``/internal/agent/**`` exists here, and every route there needs a sandbox t
 (``Authorization: Bearer <token>``). An ASGI middleware in front of the app checks the token's
 signature before anything else, before a byte of the body is read (so an unauthenticated caller
 learns nothing about the API and costs no memory), then reads the body up to
-:data:`MAX_BODY_BYTES`; then, in the route's one transaction, the sandbox must be live and before
-its shutdown (a taken-back sandbox's token stops at once), and its first call marks it READY.
+:data:`MAX_BODY_BYTES` within ``body_timeout`` (408 for a client that trickles it); then, in the
+route's one transaction, the sandbox must be live and before its shutdown (a taken-back sandbox's
+token stops at once), and its first call marks it READY.
 
 =========================================  ====================================================
 ``GET  /internal/agent/sandbox``           the sandbox as the server sees it (a check-in)
@@ -15,11 +16,11 @@ its shutdown (a taken-back sandbox's token stops at once), and its first call ma
 =========================================  ====================================================
 
 Answers: 401 for a missing, malformed, forged, expired or revoked token; 413 for a body over the
-limit; 400 for a body that is not JSON; 422 for a body or path that does not validate; 409 when
-the fence no longer holds; 404 and 405 for other paths and methods; 503 when the database cannot
-be reached. Every answer but a success is ``{"detail": <a fixed phrase of its status>}``: no
-refusal echoes the input or says which check failed. Each route is one transaction, so a refused
-call writes nothing.
+limit; 408 for a body not received within ``body_timeout``; 400 for a body that is not JSON; 422
+for a body or path that does not validate; 409 when the fence no longer holds; 404 and 405 for
+other paths and methods; 503 when the database cannot be reached. Every answer but a success is
+``{"detail": <a fixed phrase of its status>}``: no refusal echoes the input or says which check
+failed. Each route is one transaction, so a refused call writes nothing.
 
 :func:`serve` (from :mod:`agentruns.entrypoints.http`) runs the app with uvicorn until the
 caller's stop event is set.
@@ -27,8 +28,9 @@ caller's stop event is set.
 
 # No ``from __future__ import annotations`` here: FastAPI reads the route signatures at runtime,
 # and the token dependency is a closure over the use cases.
+import asyncio
 from collections.abc import Awaitable, Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Annotated, Literal, Self
 from uuid import UUID
 
@@ -62,6 +64,9 @@ __all__ = ["MAX_BODY_BYTES", "PREFIX", "create_gateway", "serve"]
 PREFIX = "/internal/agent"
 # A renewal or an end is a few dozen bytes; nothing a sandbox sends comes near this.
 MAX_BODY_BYTES = 64 * 1024
+# A sandbox sends its few dozen bytes at once: a client still sending after this holds a
+# connection and a task for nothing (AGENTRUNS_GATEWAY_BODY_TIMEOUT).
+BODY_TIMEOUT = timedelta(seconds=10)
 
 # The one body of every refusal: its status's phrase, never the input or the failed check.
 _PHRASES = {
@@ -69,6 +74,7 @@ _PHRASES = {
     401: "unauthorized",
     404: "not found",
     405: "method not allowed",
+    408: "request timeout",
     409: "the lease does not hold",
     413: "body too large",
     422: "invalid request",
@@ -76,8 +82,11 @@ _PHRASES = {
 }
 
 
-def _refusal(status: int) -> JSONResponse:
-    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else None
+def _refusal(status: int, *, close: bool = False) -> JSONResponse:
+    headers = {"WWW-Authenticate": "Bearer"} if status == 401 else {}
+    if close:
+        # The rest of the body is not awaited: the connection is not reused.
+        headers["Connection"] = "close"
     phrase = _PHRASES.get(status, "refused" if status < 500 else "server error")
     return JSONResponse({"detail": phrase}, status_code=status, headers=headers)
 
@@ -169,13 +178,21 @@ class _Gate:
     On ``/internal/agent/**`` the token's signature is checked first, from the headers alone: an
     unauthenticated call is answered 401 before a byte of its body is read (the server discards
     the rest). Then the body is read up to ``max_body`` bytes, or answered 413 (at once when its
-    declared length is over), and handed to the app.
+    declared length is over), within ``body_timeout`` seconds (``None``: no bound), or answered
+    408, and handed to the app.
     """
 
-    def __init__(self, app: ASGIApp, sandboxes: AgentSandboxes, max_body: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        sandboxes: AgentSandboxes,
+        max_body: int,
+        body_timeout: float | None = None,
+    ) -> None:
         self._app = app
         self._sandboxes = sandboxes
         self._max_body = max_body
+        self._body_timeout = body_timeout
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -195,15 +212,22 @@ class _Gate:
             return
         body = bytearray()
         more = True
-        while more:
-            message = await receive()
-            if message["type"] == "http.disconnect":
-                return
-            body += message.get("body", b"")
-            more = message.get("more_body", False)
-            if len(body) > self._max_body:
-                await _refusal(413)(scope, receive, send)
-                return
+        try:
+            async with asyncio.timeout(self._body_timeout):
+                while more:
+                    message = await receive()
+                    if message["type"] == "http.disconnect":
+                        return
+                    body += message.get("body", b"")
+                    more = message.get("more_body", False)
+                    if len(body) > self._max_body:
+                        break
+        except TimeoutError:
+            await _refusal(408, close=True)(scope, receive, send)
+            return
+        if len(body) > self._max_body:
+            await _refusal(413)(scope, receive, send)
+            return
         await self._app(scope, _replay(bytes(body), receive), send)
 
 
@@ -222,9 +246,15 @@ def _replay(body: bytes, receive: Receive) -> Receive:
 
 
 def create_gateway(
-    sandboxes: AgentSandboxes, runs: AgentRuns, *, max_body: int = MAX_BODY_BYTES
+    sandboxes: AgentSandboxes,
+    runs: AgentRuns,
+    *,
+    max_body: int = MAX_BODY_BYTES,
+    body_timeout: timedelta | None = BODY_TIMEOUT,
 ) -> FastAPI:
-    """The gateway app over the host's use cases (serve it on the gateway port only)."""
+    """The gateway app over the host's use cases (serve it on the gateway port only). A body
+    not received within ``body_timeout`` is answered 408 (``None`` or zero: no bound)."""
+    seconds = body_timeout.total_seconds() if body_timeout else None
     app = FastAPI(
         title="agentruns sandbox gateway", openapi_url=None, docs_url=None, redoc_url=None
     )
@@ -280,5 +310,5 @@ def create_gateway(
     app.add_exception_handler(StoreUnavailable, answer(503))
     app.add_exception_handler(AgentRunsError, answer(500))
     app.add_exception_handler(HTTPException, http_error)
-    app.add_middleware(_Gate, sandboxes=sandboxes, max_body=max_body)
+    app.add_middleware(_Gate, sandboxes=sandboxes, max_body=max_body, body_timeout=seconds)
     return app

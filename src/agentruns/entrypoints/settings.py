@@ -11,6 +11,9 @@ from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agentruns.domain.durations import parse_duration
 
+# A worker's slots share its connection pool and its event loop: past this, run more workers.
+MAX_WORKER_CONCURRENCY = 10_000
+
 # The one duration parser of the command line and the settings (its InvalidDuration is a
 # ValueError, which pydantic reports as this setting's error).
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
@@ -54,7 +57,7 @@ class AgentRunsSettings(BaseSettings):
     sandbox_start: Duration = timedelta(minutes=2)
     sandbox_idle: Duration = timedelta(minutes=1)
     conversation_sandbox_idle: Duration = timedelta(minutes=15)
-    worker_concurrency: PositiveInt = 8
+    worker_concurrency: Annotated[int, Field(ge=1, le=MAX_WORKER_CONCURRENCY)] = 8
     poll_interval: Duration = timedelta(seconds=2)
     shutdown_grace: Duration = timedelta(seconds=30)
     reap_batch: PositiveInt = 500
@@ -73,6 +76,14 @@ class AgentRunsSettings(BaseSettings):
     console_token: SecretStr | None = None
     console_user: str | None = None
     console_password: SecretStr | None = None
+    # Without a credential the console answers only requests sent to a loopback name or address
+    # (DNS rebinding); these comma-separated names too (`*`: any).
+    console_hosts: str = Field(
+        default="",
+        description="Comma-separated extra Host names a console without a credential answers to.",
+    )
+    # The sandbox gateway answers 408 to a client still sending its body after this (0: none).
+    gateway_body_timeout: Duration = timedelta(seconds=10)
     # Connections (README, "In production"). `transaction`: a transaction-pooling PgBouncer (or
     # the like) is in front of the server, so nothing is prepared and nothing SET per session;
     # the URL may say so too (?agentruns_pooler=transaction, which overrides this). LISTEN needs
@@ -89,3 +100,7 @@ class AgentRunsSettings(BaseSettings):
     statement_timeout: Duration = timedelta(seconds=30)
     migration_lock_timeout: Duration = timedelta(seconds=5)
     migration_attempts: PositiveInt = 5
+
+    @property
+    def console_host_names(self) -> tuple[str, ...]:
+        return tuple(name.strip() for name in self.console_hosts.split(",") if name.strip())

@@ -275,6 +275,10 @@ class MemoryRunStore(RunStore):
         found = [run for run in self.rows.values() if run.continues == run_id]
         return min(found, key=lambda run: run.seq) if found else None
 
+    async def ids_between(self, tx: Transaction, low: UUID, high: UUID, limit: int) -> list[UUID]:
+        self._database.check(tx)
+        return sorted(run_id for run_id, _ in self.rows.items() if low <= run_id <= high)[:limit]
+
     async def failures(self, tx: Transaction, run_id: UUID) -> list[FailureRecord]:
         self._database.check(tx)
         return list(self._failures_of(run_id))

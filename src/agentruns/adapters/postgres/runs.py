@@ -405,6 +405,10 @@ class PostgresRunStore(RunStore):
     async def continuation_of(self, tx: Tx, run_id: UUID) -> AgentRun | None:
         return await self._one(tx, sql.CONTINUATION_OF, run_id=run_id)
 
+    async def ids_between(self, tx: Tx, low: UUID, high: UUID, limit: int) -> list[UUID]:
+        rows = await fetch(tx, sql.IDS_BETWEEN, {"low": low, "high": high, "limit": limit})
+        return [row["id"] for row in rows]
+
     async def failures(self, tx: Tx, run_id: UUID) -> list[FailureRecord]:
         return [
             failure_from_row(row) for row in await fetch(tx, sql.LIST_FAILURES, {"run_id": run_id})

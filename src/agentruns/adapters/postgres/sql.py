@@ -259,6 +259,11 @@ CONTINUATION_OF = statement(f"""
 SELECT {RUN_COLUMNS} FROM agent_run WHERE continues = :run_id ORDER BY seq LIMIT 1
 """)
 
+# An id prefix is the range of ids it covers: the primary key's index, never a text scan.
+IDS_BETWEEN = statement("""
+SELECT id FROM agent_run WHERE id BETWEEN :low AND :high ORDER BY id LIMIT :limit
+""")
+
 LIST_FAILURES = statement(f"""
 SELECT {_FAILURE_COLUMNS} FROM agent_run_failure WHERE run_id = :run_id ORDER BY id
 """)

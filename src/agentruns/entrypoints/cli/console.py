@@ -55,7 +55,13 @@ def console(
     workspaces). Retrying, or cancelling a kind with a domain row, needs its --kinds."""
 
     def body() -> None:
-        from agentruns.entrypoints.console import is_local
+        try:
+            from agentruns.entrypoints.console import is_local
+        except ImportError as exc:
+            raise CliError(
+                "the console needs its extra: pip install 'agentruns[console]' "
+                f"({exc.name} is missing)"
+            ) from None
 
         config = settings()
         access = _access(config)
@@ -67,18 +73,14 @@ def console(
         registry = load_kinds(kinds or [])
         with database(config, data_dir, database_name) as url:
             built = postgres_container(config, url, registry, process="console")
-            asyncio.run(_serve(built, host, port, read_only, access))
+            asyncio.run(_serve(built, host, port, read_only, access, config.console_host_names))
 
     guarded(body)
 
 
 def _access(config: AgentRunsSettings) -> ConsoleAccess | None:
-    try:
-        from agentruns.entrypoints.console import ConsoleAccess
-    except ImportError as exc:
-        raise CliError(
-            f"the console needs its extra: pip install 'agentruns[console]' ({exc.name} is missing)"
-        ) from None
+    from agentruns.entrypoints.console import ConsoleAccess
+
     token = config.console_token.get_secret_value() if config.console_token else None
     password = config.console_password.get_secret_value() if config.console_password else None
     if token is None and config.console_user is None and password is None:
@@ -95,6 +97,7 @@ async def _serve(
     port: int,
     read_only: bool,
     access: ConsoleAccess | None,
+    hosts: tuple[str, ...],
 ) -> None:
     from agentruns.entrypoints.console import create_console
     from agentruns.entrypoints.http import serve
@@ -114,6 +117,7 @@ async def _serve(
             client,
             access=access,
             read_only=read_only,
+            hosts=hosts,
         )
         await serve(app, host, port, stop, started=started, grace=2.0)
     except OSError as exc:

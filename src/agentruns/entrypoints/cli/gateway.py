@@ -9,7 +9,7 @@ from typing import Annotated
 import typer
 
 from agentruns.entrypoints import container as composition
-from agentruns.entrypoints.cli.root import DataDir, KindRefs, SandboxesRef, app
+from agentruns.entrypoints.cli.root import DatabaseName, DataDir, KindRefs, SandboxesRef, app
 from agentruns.entrypoints.cli.support import (
     CliError,
     database,
@@ -38,6 +38,7 @@ def gateway(
         int, typer.Option(min=0, max=65535, help="Port to listen on (0: any free port).")
     ] = DEFAULT_PORT,
     data_dir: DataDir = None,
+    database_name: DatabaseName = None,
 ) -> None:
     """Serve the sandbox gateway (/internal/agent/**) until SIGTERM or SIGINT, then let calls in
     flight finish within AGENTRUNS_SHUTDOWN_GRACE."""
@@ -48,7 +49,7 @@ def gateway(
         if sandboxes is None:
             raise CliError("no sandboxes: pass --sandboxes module:object")
         hosting = load_sandboxes(sandboxes, registry)
-        with database(config, data_dir) as url:
+        with database(config, data_dir, database_name) as url:
             built = postgres_container(config, url, registry, hosting, process="gateway")
             names = ",".join(kind.name for kind in hosting.kinds)
             asyncio.run(_serve(built, host, port, names))

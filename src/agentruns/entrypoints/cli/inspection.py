@@ -14,8 +14,9 @@ from rich.console import RenderableType
 
 from agentruns.app.runs import AgentRuns
 from agentruns.app.stats import RunStatus
+from agentruns.domain import limits
 from agentruns.domain.bands import Band
-from agentruns.domain.errors import UnknownKind
+from agentruns.domain.errors import RunNotFound, UnknownKind
 from agentruns.domain.holders import HolderView
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
@@ -142,6 +143,10 @@ def enqueue(
             data = json.loads(payload)
         except json.JSONDecodeError as exc:
             raise CliError(f"--payload is not JSON: {exc}") from None
+        except RecursionError:
+            raise CliError(
+                f"--payload is nested deeper than {limits.MAX_JSON_DEPTH} levels"
+            ) from None
         Band.parse(band)
         with database(config, data_dir, database_name) as url:
             built = postgres_container(config, url, registry)
@@ -169,11 +174,38 @@ def enqueue(
 # -- runs -----------------------------------------------------------------------------------
 
 
-def _run_id(text: str) -> UUID:
+def _run_id(text: str) -> UUID | str:
+    """A whole run id, or the hex digits of a prefix of one (``b42e2283``, as ``runs list``
+    shows them); one line for anything else, before any database is opened."""
     try:
         return UUID(text)
     except ValueError:
-        raise CliError(f"{text!r} is not a run id (a UUID)") from None
+        pass
+    digits = text.strip().replace("-", "").lower()
+    if not 1 <= len(digits) < 32 or any(c not in "0123456789abcdef" for c in digits):
+        raise CliError(f"{text!r} is not a run id (a UUID, or the first digits of one)")
+    return digits
+
+
+async def _resolve(runs: AgentRuns, wanted: UUID | str) -> UUID:
+    """The one run whose id starts with ``wanted``: RunNotFound for none, one line naming the
+    matches for more than one."""
+    if isinstance(wanted, UUID):
+        return wanted
+    low = UUID(wanted.ljust(32, "0"))
+    high = UUID(wanted.ljust(32, "f"))
+    async with runs.transaction() as tx:
+        found = await runs.stores.runs.ids_between(tx, low, high, _MATCHES_SHOWN + 1)
+    if not found:
+        raise RunNotFound(f"no run id starts with {wanted}")
+    if len(found) > 1:
+        shown = ", ".join(str(run_id) for run_id in found[:_MATCHES_SHOWN])
+        more = ", ..." if len(found) > _MATCHES_SHOWN else ""
+        raise CliError(f"{wanted} is the start of several run ids: {shown}{more}; give more digits")
+    return found[0]
+
+
+_MATCHES_SHOWN = 5
 
 
 @runs_app.command("show")
@@ -200,7 +232,8 @@ def runs_show(
     guarded(body)
 
 
-async def _show(runs: AgentRuns, run_id: UUID, as_json: bool) -> RenderableType:
+async def _show(runs: AgentRuns, wanted: UUID | str, as_json: bool) -> RenderableType:
+    run_id = await _resolve(runs, wanted)
     run = await runs.get(run_id)
     events = await runs.events(run_id)
     failures = await runs.failures(run_id)
@@ -294,7 +327,8 @@ def runs_cancel(
     guarded(body)
 
 
-async def _cancel(runs: AgentRuns, run_id: UUID) -> AgentRun:
+async def _cancel(runs: AgentRuns, wanted: UUID | str) -> AgentRun:
+    run_id = await _resolve(runs, wanted)
     run = await runs.get(run_id)
     if run.state is AgentRunState.ENDED:
         raise CliError(f"run {run_id} has already ended ({run.end_reason})")
@@ -324,15 +358,20 @@ def runs_retry(
         registry = required_kinds(kinds)
         with database(config, data_dir, database_name) as url:
             built = postgres_container(config, url, registry)
-            retried = _using(built, lambda built: built.runs().retry(wanted))
+            ended, retried = _using(built, lambda built: _retry(built.runs(), wanted))
         print(retried.id)
         err.print(
-            f"agentruns: run {wanted} continues as run {retried.id} "
+            f"agentruns: run {ended} continues as run {retried.id} "
             f"(attempt {retried.attempt} of {registry.get(retried.kind).policy.retry_budget})",
             markup=False,
         )
 
     guarded(body)
+
+
+async def _retry(runs: AgentRuns, wanted: UUID | str) -> tuple[UUID, AgentRun]:
+    run_id = await _resolve(runs, wanted)
+    return run_id, await runs.retry(run_id)
 
 
 # -- purge ----------------------------------------------------------------------------------

@@ -35,6 +35,7 @@ from agentruns.entrypoints.cli.support import (
     stop_on_signals,
 )
 from agentruns.entrypoints.container import AgentRunsContainer, default_holder
+from agentruns.entrypoints.settings import MAX_WORKER_CONCURRENCY
 
 log = logging.getLogger("agentruns.cli")
 
@@ -256,8 +257,11 @@ def worker(
         registry = required_kinds(kinds)
         port(metrics_port, "--metrics-port")
         if concurrency is not None:
-            if concurrency < 1:
-                raise CliError(f"--concurrency {concurrency}: a worker runs at least 1 run")
+            if not 1 <= concurrency <= MAX_WORKER_CONCURRENCY:
+                raise CliError(
+                    f"--concurrency {concurrency}: a worker runs from 1 to "
+                    f"{MAX_WORKER_CONCURRENCY} runs at once (run more workers for more)"
+                )
             # The settings size the connection pool for the worker's slots.
             config = config.model_copy(update={"worker_concurrency": concurrency})
         named = holder or default_holder()

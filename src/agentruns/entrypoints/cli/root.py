@@ -21,7 +21,7 @@ from typer.core import TyperGroup
 import agentruns
 from agentruns.entrypoints.logs import LogFormat, configure_logging
 
-_err = Console(stderr=True, highlight=False, soft_wrap=True)
+_err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 # The parser's error root, whichever click typer runs on (its own copy, or click itself).
 _PARSER_ERRORS: tuple[type[Exception], ...] = tuple(
@@ -74,7 +74,7 @@ runs_app = typer.Typer(help="Runs: list, show, cancel, retry.", no_args_is_help=
 app.add_typer(db_app, name="db")
 app.add_typer(runs_app, name="runs")
 
-out = Console(highlight=False, soft_wrap=True)
+out = Console(highlight=False, soft_wrap=True, emoji=False)
 
 DataDir = Annotated[
     Path | None,

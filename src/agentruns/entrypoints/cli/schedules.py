@@ -21,7 +21,7 @@ from agentruns.domain.run import AgentRun
 from agentruns.domain.ticks import ScheduleState
 from agentruns.domain.timing import zone
 from agentruns.entrypoints import container as composition
-from agentruns.entrypoints.cli.root import DataDir, KindRefs, app, out
+from agentruns.entrypoints.cli.root import DatabaseName, DataDir, KindRefs, app, out
 from agentruns.entrypoints.cli.support import (
     CliError,
     database,
@@ -126,12 +126,13 @@ def _listing(listed: list[_Listed]) -> Group:
 def schedules_list(
     as_json: Annotated[bool, typer.Option("--json", help="One JSON array, for scripts")] = False,
     data_dir: DataDir = None,
+    database_name: DatabaseName = None,
 ) -> None:
     """Every schedule: when it ticks, its next tick, its last tick and that tick's run."""
 
     def body() -> None:
         config = settings()
-        with database(config, data_dir) as url:
+        with database(config, data_dir, database_name) as url:
             listed = asyncio.run(_list(postgres_container(config, url, process="scheduler")))
         if as_json:
             print(json.dumps([_fields(one) for one in listed], indent=2))
@@ -159,21 +160,27 @@ async def _list(built: AgentRunsContainer) -> list[_Listed]:
 
 
 @schedules_app.command("pause")
-def schedules_pause(name: Name, data_dir: DataDir = None) -> None:
+def schedules_pause(
+    name: Name, data_dir: DataDir = None, database_name: DatabaseName = None
+) -> None:
     """Stop a schedule ticking until it is resumed (a sync on start keeps it paused)."""
-    _operate(name, "pause", data_dir)
+    _operate(name, "pause", data_dir, database_name)
 
 
 @schedules_app.command("resume")
-def schedules_resume(name: Name, data_dir: DataDir = None) -> None:
+def schedules_resume(
+    name: Name, data_dir: DataDir = None, database_name: DatabaseName = None
+) -> None:
     """Tick a paused schedule again, from its first tick after now."""
-    _operate(name, "resume", data_dir)
+    _operate(name, "resume", data_dir, database_name)
 
 
-def _operate(name: str, action: Literal["pause", "resume"], data_dir: DataDir) -> None:
+def _operate(
+    name: str, action: Literal["pause", "resume"], data_dir: DataDir, database_name: str | None
+) -> None:
     def body() -> None:
         config = settings()
-        with database(config, data_dir) as url:
+        with database(config, data_dir, database_name) as url:
             state = asyncio.run(
                 _apply(postgres_container(config, url, process="scheduler"), name, action)
             )
@@ -202,14 +209,16 @@ async def _apply(
 
 
 @schedules_app.command("sync")
-def schedules_sync(kinds: KindRefs = None, data_dir: DataDir = None) -> None:
+def schedules_sync(
+    kinds: KindRefs = None, data_dir: DataDir = None, database_name: DatabaseName = None
+) -> None:
     """Write the schedules the kinds declare to the table now (the worker and reaper commands
     do it on start): added, changed and removed ones are shown."""
 
     def body() -> None:
         config = settings()
         registry = required_kinds(kinds)
-        with database(config, data_dir) as url:
+        with database(config, data_dir, database_name) as url:
             report = asyncio.run(
                 _sync(postgres_container(config, url, registry, process="scheduler"))
             )

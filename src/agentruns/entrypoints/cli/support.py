@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import importlib
+import inspect
 import os
 import signal
 import sys
@@ -21,7 +22,7 @@ from rich.console import Console
 
 from agentruns.app.kinds import RunKind, RunKinds
 from agentruns.domain.durations import parse_duration
-from agentruns.domain.errors import AgentRunsError
+from agentruns.domain.errors import AgentRunsError, InvalidDuration
 from agentruns.domain.schedule import Schedule
 from agentruns.entrypoints import container as composition
 from agentruns.entrypoints.container import AgentRunsContainer, SandboxHosting
@@ -31,7 +32,7 @@ T = TypeVar("T")
 
 DEFAULT_DATA_DIR = Path(".agentruns/pgdata")
 
-err = Console(stderr=True, highlight=False, soft_wrap=True)
+err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 
 class CliError(Exception):
@@ -187,10 +188,28 @@ def _resolve(ref: str, option: str) -> object:
     return found
 
 
+def _factory(found: object, ref: str, option: str) -> object:
+    """What a factory named by ``option`` returns: only a Python function without required
+    parameters is called (``os:system``, a class or a builtin is not), and what it raises is
+    one line."""
+    if not inspect.isfunction(found):
+        return found
+    required = [
+        parameter
+        for parameter in inspect.signature(found).parameters.values()
+        if parameter.default is inspect.Parameter.empty
+        and parameter.kind not in (parameter.VAR_POSITIONAL, parameter.VAR_KEYWORD)
+    ]
+    if required:
+        raise CliError(f"{option} {ref} is a function that needs arguments: name an object")
+    try:
+        return found()
+    except Exception as exc:
+        raise CliError(f"{option} {ref}: {type(exc).__name__}: {exc}") from exc
+
+
 def _kinds_of(ref: str) -> tuple[list[RunKind], list[Schedule]]:
-    found = _resolve(ref, "--kinds")
-    if callable(found) and not isinstance(found, RunKinds | RunKind):
-        found = found()
+    found = _factory(_resolve(ref, "--kinds"), ref, "--kinds")
     if isinstance(found, RunKinds):
         return [found.get(name) for name in found.names()], list(found.schedules)
     if isinstance(found, RunKind):
@@ -206,12 +225,7 @@ def load_sandboxes(ref: str, kinds: RunKinds) -> SandboxHosting:
     """The host's sandboxes named ``module:object``: a :class:`SandboxHosting`, or a callable
     without arguments that returns one. Every run kind its sandbox kinds drive must be among
     ``kinds``, or a sandbox's calls would be refused one by one."""
-    found = _resolve(ref, "--sandboxes")
-    if callable(found) and not isinstance(found, SandboxHosting):
-        try:
-            found = found()
-        except (ValueError, TypeError) as exc:
-            raise CliError(f"--sandboxes {ref}: {exc}") from exc
+    found = _factory(_resolve(ref, "--sandboxes"), ref, "--sandboxes")
     if not isinstance(found, SandboxHosting):
         raise CliError(f"--sandboxes {ref} is not a SandboxHosting")
     registered = set(kinds.names())
@@ -238,17 +252,40 @@ def moment(text: str, option: str, now: datetime) -> datetime:
     (``2026-05-01T09:00:00+00:00``; a ``Z`` works too)."""
     try:
         return now + parse_duration(text)
-    except AgentRunsError:
-        pass
+    except InvalidDuration as exc:
+        refused: InvalidDuration | None = exc
+    except OverflowError:
+        raise CliError(f"{option}: {text!r} from now is past the year 9999") from None
     try:
         found = datetime.fromisoformat(text.strip().replace("Z", "+00:00"))
     except ValueError:
+        pass
+    else:
+        if found.tzinfo is None:
+            raise CliError(f"{option}: {text!r} has no time zone (add +00:00 or Z)")
+        try:
+            return found.astimezone(UTC)
+        except OverflowError:
+            raise CliError(f"{option}: {text!r} falls outside the years 1 to 9999 in UTC") from None
+    stripped = text.strip()
+    if stripped.startswith("-") and _is_duration(stripped[1:]):
         raise CliError(
-            f"{option}: {text!r} is neither a duration from now (10m, 2h) nor an ISO 8601 time"
-        ) from None
-    if found.tzinfo is None:
-        raise CliError(f"{option}: {text!r} has no time zone (add +00:00 or Z)")
-    return found.astimezone(UTC)
+            f"{option}: {text!r} is negative: give a duration from now (10m, 2h) or an ISO 8601 "
+            "time"
+        )
+    if refused is not None and "is not a duration" not in str(refused):
+        raise CliError(f"{option}: {refused}")  # a duration, out of range: the parser's reason
+    raise CliError(
+        f"{option}: {text!r} is neither a duration from now (10m, 2h) nor an ISO 8601 time"
+    )
+
+
+def _is_duration(text: str) -> bool:
+    try:
+        parse_duration(text)
+    except InvalidDuration:
+        return False
+    return True
 
 
 def port(value: int | None, option: str) -> int | None:

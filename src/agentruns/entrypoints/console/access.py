@@ -7,9 +7,19 @@ credential: an ``Authorization`` header, or the session cookie the login page se
 given the token. Only the login page and the static files (which hold no data) are served
 without it. Bodies are read up to :data:`MAX_BODY_BYTES`.
 
+A console without a credential answers only to the loopback names (``localhost``, ``127.0.0.1``,
+``[::1]``) and the names it is given (``hosts``): any other ``Host`` is answered 421 with one
+line, so a page of another site whose name is rebound to this machine's address (DNS rebinding)
+reads nothing and acts on nothing.
+
 CSRF: every action is a POST whose form carries the value of the console's CSRF cookie (set,
-``SameSite=Strict`` and ``HttpOnly``, by the page that shows the form); a POST whose field does
-not match the cookie, or whose ``Origin`` names another host, is refused with 403.
+``SameSite=Strict`` and ``HttpOnly``, by the page that shows the form); the value is a nonce
+signed with the console's secret for the session it was given to (:class:`CsrfSigner`), so a
+pair of equal values planted by a client fails. A POST whose field does not match the cookie,
+whose signature does not hold, or whose ``Origin`` names another host, is refused with 403.
+
+Login: :class:`LoginThrottle` refuses, with 429, a client address that failed too often lately,
+remembering a bounded number of addresses.
 """
 
 from __future__ import annotations
@@ -21,6 +31,9 @@ import hmac
 import html
 import ipaddress
 import secrets
+import time
+from collections import OrderedDict
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from starlette.datastructures import Headers
@@ -28,6 +41,9 @@ from starlette.responses import HTMLResponse, PlainTextResponse, Response
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 MAX_BODY_BYTES = 16 * 1024
+# A token is a bearer secret sent by machines: 16 characters of a random URL-safe text are at
+# least 96 bits; `secrets.token_urlsafe(32)` (43 characters, 256 bits) is what the docs give.
+MIN_TOKEN_CHARS = 16
 CSRF_COOKIE = "agentruns_csrf"
 SESSION_COOKIE = "agentruns_session"
 # Paths (under the console's root) served to anyone: the login page and the static files.
@@ -38,7 +54,9 @@ _OPEN = ("/login", "/static/")
 class ConsoleAccess:
     """The credential the console asks for: a bearer ``token`` (``Authorization: Bearer ...``,
     or typed once into the login page by a browser), and/or a ``user`` and ``password`` for
-    HTTP basic auth. At least one must be given; text of at least 8 characters."""
+    HTTP basic auth. At least one must be given. A token has at least
+    :data:`MIN_TOKEN_CHARS` characters (generate one with ``python -c "import secrets;
+    print(secrets.token_urlsafe(32))"``: 256 bits); a password at least 8."""
 
     token: str | None = None
     user: str | None = None
@@ -49,8 +67,11 @@ class ConsoleAccess:
             raise ValueError("console access needs a token, or a user and a password")
         if (self.user is None) != (self.password is None):
             raise ValueError("console basic auth needs both a user and a password")
-        if self.token is not None and len(self.token) < 8:
-            raise ValueError("a console token has at least 8 characters")
+        if self.token is not None and len(self.token) < MIN_TOKEN_CHARS:
+            raise ValueError(
+                f"a console token has at least {MIN_TOKEN_CHARS} characters (make one with "
+                "python -c 'import secrets; print(secrets.token_urlsafe(32))')"
+            )
         if self.password is not None and len(self.password) < 8:
             raise ValueError("a console password has at least 8 characters")
         if self.user is not None and (not self.user or ":" in self.user):
@@ -67,6 +88,12 @@ class ConsoleAccess:
         return hmac.new(
             self.token.encode(), b"agentruns console session", hashlib.sha256
         ).hexdigest()
+
+    def secret(self) -> bytes:
+        """A key derived from the credential, the same in every replica that has it (signs the
+        CSRF tokens)."""
+        material = (self.token or "") + "\0" + (self.user or "") + "\0" + (self.password or "")
+        return hmac.new(material.encode(), b"agentruns console csrf", hashlib.sha256).digest()
 
     def admits_token(self, given: str) -> bool:
         """Whether ``given`` is the token (the login page's check)."""
@@ -107,12 +134,114 @@ def is_local(host: str) -> bool:
         return False
 
 
-def new_csrf_token() -> str:
-    return secrets.token_urlsafe(24)
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 
 
-def csrf_holds(cookie: str | None, field: str | None) -> bool:
-    return bool(cookie) and bool(field) and _same(cookie or "", field or "")
+def host_name(header: str) -> str:
+    """The name of a ``Host`` header, lower case, without its port or brackets."""
+    header = header.strip().lower()
+    if header.startswith("["):
+        return header[1:].partition("]")[0]
+    return header.rpartition(":")[0] if header.count(":") == 1 else header
+
+
+def host_allowed(header: str, hosts: Collection[str]) -> bool:
+    """Whether a console without a credential answers a request sent to ``Host: header``: a
+    loopback name or address, or one of ``hosts`` (``"*"``: any)."""
+    if "*" in hosts:
+        return True
+    name = host_name(header).rstrip(".")
+    if name in LOOPBACK_NAMES or name in hosts:
+        return True
+    try:
+        return ipaddress.ip_address(name).is_loopback
+    except ValueError:
+        return False
+
+
+class CsrfSigner:
+    """CSRF tokens bound to a server-side secret and to the session they were issued to.
+
+    A token is ``nonce.signature``, the signature an HMAC of the nonce and the session (the
+    request's credential: its session cookie or ``Authorization`` header) under ``secret``. The
+    secret is derived from the credential when there is one (so replicas agree without sharing
+    anything), else random for this process. A client that picks an equal cookie and field, or
+    replays another session's token, fails :meth:`holds`."""
+
+    def __init__(self, secret: bytes | None = None) -> None:
+        self._secret = secret if secret is not None else secrets.token_bytes(32)
+
+    def _sign(self, nonce: str, session: str) -> str:
+        message = f"{nonce}|{session}".encode()
+        return hmac.new(self._secret, message, hashlib.sha256).hexdigest()[:32]
+
+    def issue(self, session: str) -> str:
+        nonce = secrets.token_urlsafe(18)
+        return f"{nonce}.{self._sign(nonce, session)}"
+
+    def valid(self, token: str, session: str) -> bool:
+        nonce, dot, signature = token.partition(".")
+        if not dot or not nonce or len(token) > 128:
+            return False
+        return _same(signature, self._sign(nonce, session))
+
+    def holds(self, cookie: str | None, field: str | None, session: str) -> bool:
+        """A POST's proof: the field equals the cookie and is signed for this session."""
+        return (
+            bool(cookie)
+            and bool(field)
+            and _same(cookie or "", field or "")
+            and self.valid(field or "", session)
+        )
+
+
+def session_of(headers: Headers, cookies: dict[str, str]) -> str:
+    """What a CSRF token is bound to: the request's credential, hashed (empty without one)."""
+    given = headers.get("authorization", "") + "\0" + cookies.get(SESSION_COOKIE, "")
+    return hashlib.sha256(given.encode()).hexdigest()
+
+
+class LoginThrottle:
+    """Slows down guessing at ``/login``: after ``free`` failures from one client address, each
+    further attempt from it is refused until ``2 ** (failures - free)`` seconds (at most
+    ``longest``) have passed since its last failure. A success forgets the address; at most
+    ``remembered`` addresses are kept (the least recently failed forgotten first), so a flood of
+    addresses costs bounded memory."""
+
+    def __init__(
+        self,
+        *,
+        free: int = 5,
+        longest: float = 300.0,
+        remembered: int = 10_000,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self._free = free
+        self._longest = longest
+        self._remembered = remembered
+        self._clock = clock
+        self._failures: OrderedDict[str, tuple[int, float]] = OrderedDict()
+
+    def wait(self, address: str) -> float:
+        """Seconds ``address`` must wait before its next attempt (0: it may try now)."""
+        failed = self._failures.get(address)
+        if failed is None or failed[0] < self._free:
+            return 0.0
+        count, last = failed
+        delay = min(self._longest, 2.0 ** (count - self._free))
+        return max(0.0, last + delay - self._clock())
+
+    def failed(self, address: str) -> None:
+        count, _ = self._failures.pop(address, (0, 0.0))
+        self._failures[address] = (count + 1, self._clock())
+        while len(self._failures) > self._remembered:
+            self._failures.popitem(last=False)
+
+    def succeeded(self, address: str) -> None:
+        self._failures.pop(address, None)
+
+    def __len__(self) -> int:
+        return len(self._failures)
 
 
 def origin_holds(headers: Headers) -> bool:
@@ -128,10 +257,17 @@ def origin_holds(headers: Headers) -> bool:
 class Gate:
     """The console's front door (ASGI middleware): the credential first, then the body size."""
 
-    def __init__(self, app: ASGIApp, access: ConsoleAccess | None, max_body: int) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        access: ConsoleAccess | None,
+        max_body: int,
+        hosts: Collection[str] = (),
+    ) -> None:
         self._app = app
         self._access = access
         self._max_body = max_body
+        self._hosts = frozenset(host.lower().rstrip(".") for host in hosts)
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -142,6 +278,10 @@ class Gate:
         root: str = scope.get("root_path", "")
         own = path[len(root) :] if root and path.startswith(root) else path
         access = self._access
+        if access is None and not host_allowed(headers.get("host", ""), self._hosts):
+            # Not a name of this machine: a rebound name, or a name to allow (`hosts`).
+            await PlainTextResponse(_PHRASE[421], status_code=421)(scope, receive, send)
+            return
         if (
             access is not None
             and not own.startswith(_OPEN)
@@ -168,7 +308,11 @@ class Gate:
         await self._app(scope, _replay(bytes(body), receive), send)
 
 
-_PHRASE = {400: "bad request\n", 413: "request body too large\n"}
+_PHRASE = {
+    400: "bad request\n",
+    413: "request body too large\n",
+    421: "misdirected request: this console answers to its own host names only\n",
+}
 
 
 def _cookies(headers: Headers) -> dict[str, str]:

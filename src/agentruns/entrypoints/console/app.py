@@ -22,6 +22,7 @@ makes a 500.
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
@@ -65,9 +66,10 @@ from agentruns.entrypoints.console.access import (
     CSRF_COOKIE,
     SESSION_COOKIE,
     ConsoleAccess,
-    csrf_holds,
-    new_csrf_token,
+    CsrfSigner,
+    LoginThrottle,
     origin_holds,
+    session_of,
 )
 
 log = logging.getLogger("agentruns.console")
@@ -130,9 +132,15 @@ _ENVIRONMENT.filters.update(
 )
 
 
-def build(services: ConsoleServices, *, read_only: bool, access: ConsoleAccess | None) -> Starlette:
+def build(
+    services: ConsoleServices,
+    *,
+    read_only: bool,
+    access: ConsoleAccess | None,
+    throttle: LoginThrottle | None = None,
+) -> Starlette:
     """The console's Starlette app (without the access gate: :func:`create_console` adds it)."""
-    console = _Console(services, read_only=read_only, access=access)
+    console = _Console(services, read_only=read_only, access=access, throttle=throttle)
     routes = [
         Route("/", console.page(console.overview)),
         Route("/live/overview", console.page(console.overview_live)),
@@ -176,11 +184,19 @@ def _too_slow(slow: DatabaseTimeout) -> str:
 
 class _Console:
     def __init__(
-        self, services: ConsoleServices, *, read_only: bool, access: ConsoleAccess | None
+        self,
+        services: ConsoleServices,
+        *,
+        read_only: bool,
+        access: ConsoleAccess | None,
+        throttle: LoginThrottle | None,
     ) -> None:
         self._services = services
         self._read_only = read_only
         self._access = access
+        # Signed with the credential's key (replicas agree), else a key of this process.
+        self._csrf = CsrfSigner(access.secret() if access is not None else None)
+        self._throttle = throttle if throttle is not None else LoginThrottle()
 
     # -- plumbing -------------------------------------------------------------------------------
 
@@ -232,9 +248,10 @@ class _Console:
         status: int = 200,
     ) -> HTMLResponse:
         csrf = request.cookies.get(CSRF_COOKIE) or ""
-        fresh = not _token_shaped(csrf)
+        session = session_of(request.headers, request.cookies)
+        fresh = not self._csrf.valid(csrf, session)
         if fresh:
-            csrf = new_csrf_token()
+            csrf = self._csrf.issue(session)
         body = _ENVIRONMENT.get_template(template).render(
             base=_root(request),
             read_only=self._read_only,
@@ -436,8 +453,10 @@ class _Console:
         if action not in ACTIONS:
             raise Refused(404, f"There is no action {action!r}.")
         form = _form(await request.body())
-        if not origin_holds(request.headers) or not csrf_holds(
-            request.cookies.get(CSRF_COOKIE), form.get("csrf")
+        if not origin_holds(request.headers) or not self._csrf.holds(
+            request.cookies.get(CSRF_COOKIE),
+            form.get("csrf"),
+            session_of(request.headers, request.cookies),
         ):
             raise Refused(
                 403,
@@ -526,12 +545,31 @@ class _Console:
             raise Refused(404, "This console has no login: it uses no token.")
         if request.method == "GET":
             return self._render(request, "login.html", {"page": "login", "failed": False})
+        address = request.client.host if request.client is not None else ""
+        wait = self._throttle.wait(address)
+        if wait > 0:
+            # Guessing is slowed per client address; the token is not even compared.
+            seconds = math.ceil(wait)
+            refused = self._render(
+                request,
+                "error.html",
+                {
+                    "status": 429,
+                    "message": f"Too many failed logins from this address: try again in "
+                    f"{seconds} s.",
+                },
+                status=429,
+            )
+            refused.headers["Retry-After"] = str(seconds)
+            return refused
         form = _form(await request.body())
         session = access.session()
         if session is None or not access.admits_token(form.get("token", "")):
+            self._throttle.failed(address)
             return self._render(
                 request, "login.html", {"page": "login", "failed": True}, status=401
             )
+        self._throttle.succeeded(address)
         response = RedirectResponse(f"{_root(request)}/", status_code=303)
         response.set_cookie(
             SESSION_COOKIE, session, httponly=True, samesite="strict", path=_root(request) or "/"
@@ -646,7 +684,3 @@ def _form(body: bytes) -> dict[str, str]:
     for name, value in pairs:
         found.setdefault(name, value)
     return found
-
-
-def _token_shaped(value: str) -> bool:
-    return 20 <= len(value) <= 64 and all(c.isalnum() or c in "-_" for c in value)

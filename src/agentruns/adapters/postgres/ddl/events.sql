@@ -16,7 +16,9 @@ $$;
 CREATE TRIGGER guard_agent_run_event_rewrite BEFORE UPDATE ON agent_run_event
     FOR EACH ROW EXECUTE FUNCTION refuse_agent_run_event_rewrite();
 
--- The one rule that reads other rows: an event is fenced to its run's current epoch, checked once
+-- The one rule that reads other rows: an event is fenced to its run's current epoch, and numbered
+-- by its run's event count after it (guard_agent_run_event_seq: no 0, no gap, one index probe
+-- for the event before it), checked once
 -- per statement over the rows it inserted (a group of many step boundaries pays one joined read,
 -- not one per event). A run this transaction has written already (the renewal in the same
 -- statement) is held by it until commit; any other run is first locked FOR SHARE, so its claim,
@@ -34,15 +36,23 @@ DECLARE
     mine xid := pg_current_xact_id()::xid;
     stale boolean;
     unheld boolean;
+    gap boolean;
     wrong record;
 BEGIN
-    SELECT bool_or(r.id IS NULL OR r.state <> 'leased' OR r.epoch <> a.epoch), bool_or(r.xmin <> mine)
-        INTO stale, unheld
+    SELECT bool_or(r.id IS NULL OR r.state <> 'leased' OR r.epoch <> a.epoch), bool_or(r.xmin <> mine),
+            bool_or(a.seq <> r.events OR a.seq < 1
+                OR (a.seq > 1 AND NOT EXISTS (SELECT 1 FROM agent_run_event p
+                                              WHERE p.run_id = a.run_id AND p.seq = a.seq - 1)))
+        INTO stale, unheld, gap
         FROM added a LEFT JOIN agent_run r ON r.id = a.run_id;
     IF unheld THEN
         PERFORM 1 FROM agent_run r WHERE r.id IN (SELECT a.run_id FROM added a)
             AND r.xmin <> mine FOR SHARE OF r;
-        SELECT bool_or(r.id IS NULL OR r.state <> 'leased' OR r.epoch <> a.epoch) INTO stale
+        SELECT bool_or(r.id IS NULL OR r.state <> 'leased' OR r.epoch <> a.epoch),
+                bool_or(a.seq <> r.events OR a.seq < 1
+                    OR (a.seq > 1 AND NOT EXISTS (SELECT 1 FROM agent_run_event p
+                                                  WHERE p.run_id = a.run_id AND p.seq = a.seq - 1)))
+            INTO stale, gap
             FROM added a LEFT JOIN agent_run r ON r.id = a.run_id;
     END IF;
     IF stale THEN
@@ -52,6 +62,17 @@ BEGIN
         RAISE EXCEPTION 'agent_run_event: run % is % at epoch %, so no event of epoch % is '
             'appended', wrong.run_id, wrong.state, wrong.run_epoch, wrong.epoch
             USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_event';
+    END IF;
+    IF gap THEN
+        SELECT a.run_id, a.seq, r.events INTO wrong
+            FROM added a JOIN agent_run r ON r.id = a.run_id
+            WHERE a.seq <> r.events OR a.seq < 1
+                OR (a.seq > 1 AND NOT EXISTS (SELECT 1 FROM agent_run_event p
+                                              WHERE p.run_id = a.run_id AND p.seq = a.seq - 1))
+            LIMIT 1;
+        RAISE EXCEPTION 'agent_run_event: run % has % events, so its next event is numbered '
+            'after the last one it has, not %', wrong.run_id, wrong.events, wrong.seq
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_event_seq';
     END IF;
     RETURN NULL;
 END

@@ -17,7 +17,9 @@
 --   guard_agent_run_queued / _leased / _ended   which columns each state fills;
 --   guard_agent_run_frozen     payload, band, queue order, enqueue time, lease, deadline and
 --                              continuation are written once, at enqueue;
---   guard_agent_run_delete     only an ended run is deleted (retention).
+--   guard_agent_run_events     a run is inserted with no events, and its event count moves
+--                              only by one, on a leased run (an event appended: ADRs/0016);
+--   guard_agent_run_delete     only an ended run is deleted (retention), by DELETE or TRUNCATE.
 
 -- One expression accepts a legal write (the triggers' WHEN conditions below are its two halves);
 -- the rules are told apart, in order, only for a write it refuses.
@@ -30,7 +32,8 @@ DECLARE
 BEGIN
     IF TG_OP = 'INSERT' THEN
         IF NEW.state = 'queued' AND NEW.lease > interval '0' AND NEW.leased_until IS NULL
-                AND NEW.holder IS NULL AND NEW.end_reason IS NULL AND NEW.ended_at IS NULL THEN
+                AND NEW.holder IS NULL AND NEW.end_reason IS NULL AND NEW.ended_at IS NULL
+                AND NEW.events = 0 THEN
             RETURN NEW;
         END IF;
         IF NEW.state IS DISTINCT FROM 'queued' THEN
@@ -40,6 +43,11 @@ BEGIN
         IF NOT NEW.lease > interval '0' THEN
             RAISE EXCEPTION 'agent_run %: a lease is longer than zero, not %', NEW.id, NEW.lease
                 USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_lease';
+        END IF;
+        IF NEW.events IS DISTINCT FROM 0 THEN
+            RAISE EXCEPTION 'agent_run %: a run is inserted with no events, not %', NEW.id,
+                NEW.events
+                USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_events';
         END IF;
         RAISE EXCEPTION 'agent_run %: a queued run has no holder, lease or end', NEW.id
             USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_queued';
@@ -54,6 +62,8 @@ BEGIN
              OR (OLD.state = 'queued' AND NEW.state = 'leased'))
         AND (NEW.attempt = OLD.attempt
              OR (OLD.state = 'leased' AND NEW.state = 'queued' AND NEW.attempt = OLD.attempt + 1))
+        AND (NEW.events = OLD.events
+             OR (NEW.events = OLD.events + 1 AND OLD.state = 'leased' AND NEW.state = 'leased'))
         AND CASE NEW.state
             WHEN 'leased' THEN NEW.leased_until IS NOT NULL AND NEW.holder IS NOT NULL
                 AND NEW.end_reason IS NULL AND NEW.ended_at IS NULL
@@ -91,6 +101,11 @@ BEGIN
             'queue, one at a time (% -> %)', OLD.id, OLD.attempt, NEW.attempt
             USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_attempt';
     END IF;
+    IF NEW.events IS DISTINCT FROM OLD.events THEN
+        RAISE EXCEPTION 'agent_run %: the event count moves only by one event appended to a '
+            'leased run (% -> % on % -> %)', OLD.id, OLD.events, NEW.events, OLD.state, NEW.state
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_events';
+    END IF;
     IF NEW.state = 'ended' AND NEW.end_reason IS NOT NULL
             AND NEW.end_reason NOT IN ('completed', 'cancelled', 'failed', 'retries_exhausted', 'not_retryable', 'deadline_exceeded', 'continued') THEN
         RAISE EXCEPTION 'agent_run %: % is no reason to end a run', OLD.id, NEW.end_reason
@@ -117,6 +132,8 @@ CREATE TRIGGER guard_agent_run BEFORE UPDATE ON agent_run FOR EACH ROW
              OR (OLD.state = 'queued' AND NEW.state = 'leased'))
         AND (NEW.attempt = OLD.attempt
              OR (OLD.state = 'leased' AND NEW.state = 'queued' AND NEW.attempt = OLD.attempt + 1))
+        AND (NEW.events = OLD.events
+             OR (NEW.events = OLD.events + 1 AND OLD.state = 'leased' AND NEW.state = 'leased'))
         AND CASE NEW.state
             WHEN 'leased' THEN NEW.leased_until IS NOT NULL AND NEW.holder IS NOT NULL
                 AND NEW.end_reason IS NULL AND NEW.ended_at IS NULL
@@ -127,7 +144,8 @@ CREATE TRIGGER guard_agent_run BEFORE UPDATE ON agent_run FOR EACH ROW
     EXECUTE FUNCTION guard_agent_run();
 CREATE TRIGGER guard_agent_run_insert BEFORE INSERT ON agent_run FOR EACH ROW
     WHEN (NOT COALESCE(NEW.state = 'queued' AND NEW.lease > interval '0' AND NEW.leased_until IS NULL
-                AND NEW.holder IS NULL AND NEW.end_reason IS NULL AND NEW.ended_at IS NULL, false))
+                AND NEW.holder IS NULL AND NEW.end_reason IS NULL AND NEW.ended_at IS NULL
+                AND NEW.events = 0, false))
     EXECUTE FUNCTION guard_agent_run();
 
 -- Fired only by an UPDATE that names one of these columns: claims, renewals, ends, requeues and
@@ -158,3 +176,29 @@ $$;
 
 CREATE TRIGGER guard_agent_run_delete BEFORE DELETE ON agent_run
     FOR EACH ROW WHEN (OLD.state <> 'ended') EXECUTE FUNCTION refuse_agent_run_delete();
+
+-- TRUNCATE fires no row trigger: it is refused by a statement trigger while any run has not ended
+-- (agent_run, and the CASCADE that names it), or while a run that has not ended has events
+-- (agent_run_event). Only TRUNCATE calls them.
+CREATE FUNCTION refuse_agent_run_truncate() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    IF TG_TABLE_NAME = 'agent_run' AND EXISTS (SELECT 1 FROM agent_run WHERE state <> 'ended') THEN
+        RAISE EXCEPTION 'agent_run: only ended runs are deleted, and TRUNCATE would delete runs '
+            'that have not ended'
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_delete';
+    END IF;
+    IF TG_TABLE_NAME = 'agent_run_event'
+            AND EXISTS (SELECT 1 FROM agent_run WHERE state <> 'ended' AND events > 0) THEN
+        RAISE EXCEPTION 'agent_run_event: events of a run that has not ended are not deleted'
+            USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_event';
+    END IF;
+    RETURN NULL;
+END
+$$;
+
+CREATE TRIGGER guard_agent_run_truncate BEFORE TRUNCATE ON agent_run
+    FOR EACH STATEMENT EXECUTE FUNCTION refuse_agent_run_truncate();
+CREATE TRIGGER guard_agent_run_event_truncate BEFORE TRUNCATE ON agent_run_event
+    FOR EACH STATEMENT EXECUTE FUNCTION refuse_agent_run_truncate();

@@ -48,3 +48,19 @@ $$;
 
 CREATE TRIGGER guard_agent_sandbox BEFORE INSERT OR UPDATE ON agent_sandbox
     FOR EACH ROW EXECUTE FUNCTION guard_agent_sandbox();
+
+-- A live sandbox's row is its claim's owner: it is deleted only once it is being deleted (the
+-- reaper's last step), so the row never goes while its Pod may still run. The condition keeps
+-- the reaper's own delete from calling the function.
+CREATE FUNCTION refuse_agent_sandbox_delete() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RAISE EXCEPTION 'agent_sandbox %: only a deleting sandbox is deleted, not a % one', OLD.id,
+        OLD.state
+        USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_sandbox_delete';
+END
+$$;
+
+CREATE TRIGGER guard_agent_sandbox_delete BEFORE DELETE ON agent_sandbox
+    FOR EACH ROW WHEN (OLD.state <> 'deleting') EXECUTE FUNCTION refuse_agent_sandbox_delete();
