@@ -20,14 +20,16 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
 from agentruns.app.claimer import GroupClaimer
 from agentruns.app.holders import HolderHeartbeat
-from agentruns.app.kinds import RunKind, RunKinds
+from agentruns.app.kinds import RunKind, RunKinds, StepEvent
 from agentruns.app.metrics import Metrics, NoMetrics
 from agentruns.app.ports import HolderStore, NewFailure, Notifier
+from agentruns.app.recorded import RecordedSteps, StepContext
 from agentruns.app.runs import AgentRuns
 from agentruns.app.settler import GroupSettler
 from agentruns.app.tracing import NoTracing, RunTrace, Tracing
@@ -42,6 +44,8 @@ from agentruns.domain.errors import (
 from agentruns.domain.failure_records import FailureDetail, describe_failure
 from agentruns.domain.failures import ClassifiedFailure, FailureClass
 from agentruns.domain.holders import HolderBeat
+from agentruns.domain.payload import JsonObject
+from agentruns.domain.recorded_steps import RECORDED_STEP, RecordedStep, Replay, read_record
 from agentruns.domain.run import AgentRun
 from agentruns.domain.termination import (
     EndRun,
@@ -177,33 +181,39 @@ class Worker:
     ) -> None:
         """Each step's work, then its boundary (renew, then persist its event), each timed and
         spanned. A step's own error ends its span marked with the failure and goes on up."""
-        fence = run.fence
+        boundary = _Boundaries(self, run, kind, trace, settler)
+        if isinstance(kind.steps, RecordedSteps):
+            await self._recorded(run, kind.steps, boundary)
+            return
         steps = kind.steps(run)
-        index = 0
         while True:
-            span = trace.step(index)
-            began = time.perf_counter()
-            try:
-                event = await anext(steps)
-            except StopAsyncIteration:
-                span.drop()  # no step: the steps were done
+            event = await boundary.step(lambda: anext(steps))
+            if event is None:
                 return
-            except (LeaseLost, StoreUnavailable):
-                span.end()
-                raise
-            except Exception as error:
-                span.end(self._describe(run, kind, error))
-                raise
-            try:
-                if settler is not None:
-                    await settler.step_boundary(fence, event.type, event.data)
-                else:
-                    await self._runs.step_boundary(fence, event.type, event.data)
-            finally:
-                span.end()
-            self._metrics.renewed(run.kind)
-            self._metrics.stepped(run.kind, time.perf_counter() - began)
-            index += 1
+
+    async def _recorded(self, run: AgentRun, steps: RecordedSteps, boundary: _Boundaries) -> None:
+        """A recorded kind's attempt: its recorded steps read once (none before a second
+        claim: a first attempt has no history and reads nothing), then its code, whose recorded
+        steps return their results and whose new steps are recorded (ADRs/0022)."""
+        history: list[RecordedStep] = []
+        if run.epoch > 1:
+            history = [
+                read_record(event.data)
+                for event in await self._runs.events(run.id)
+                if event.type == RECORDED_STEP
+            ]
+        replay = Replay(history)
+
+        async def record(work: Callable[[], Awaitable[JsonObject]]) -> JsonObject:
+            async def event() -> StepEvent:
+                return StepEvent(RECORDED_STEP, await work())
+
+            written = await boundary.step(event)
+            assert written is not None  # the work returned an event
+            return written.data
+
+        await steps.function(run, StepContext(run, replay, record))
+        replay.finish()
 
     def _unreachable(self, run: AgentRun) -> RunOutcome:
         """The store cannot be reached: the holder cannot prove its lease, so it stops without
@@ -406,6 +416,58 @@ class Worker:
         for future in pending:
             future.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+
+
+class _Boundaries:
+    """A run's step boundaries, counted: each step's work, timed and spanned, then its event
+    written with the renewal (with the group, or alone)."""
+
+    __slots__ = ("_index", "_kind", "_run", "_settler", "_trace", "_worker")
+
+    def __init__(
+        self,
+        worker: Worker,
+        run: AgentRun,
+        kind: RunKind,
+        trace: RunTrace,
+        settler: GroupSettler | None,
+    ) -> None:
+        self._worker = worker
+        self._run = run
+        self._kind = kind
+        self._trace = trace
+        self._settler = settler
+        self._index = 0
+
+    async def step(self, work: Callable[[], Awaitable[StepEvent]]) -> StepEvent | None:
+        """Run one step's ``work`` and write its event; None when the steps were done (the
+        work raised StopAsyncIteration)."""
+        worker = self._worker
+        span = self._trace.step(self._index)
+        began = time.perf_counter()
+        try:
+            event = await work()
+        except StopAsyncIteration:
+            span.drop()  # no step: the steps were done
+            return None
+        except (LeaseLost, StoreUnavailable):
+            span.end()
+            raise
+        except Exception as error:
+            span.end(worker._describe(self._run, self._kind, error))
+            raise
+        try:
+            fence = self._run.fence
+            if self._settler is not None:
+                await self._settler.step_boundary(fence, event.type, event.data)
+            else:
+                await worker._runs.step_boundary(fence, event.type, event.data)
+        finally:
+            span.end()
+        worker._metrics.renewed(self._run.kind)
+        worker._metrics.stepped(self._run.kind, time.perf_counter() - began)
+        self._index += 1
+        return event
 
 
 def _claim_failed(error: Exception, *, drain: bool) -> None:
