@@ -76,10 +76,20 @@ def recorded(events: list[RunEvent]) -> list[tuple[int, object, object, object]]
     ]
 
 
+@pytest.mark.parametrize("group_commit", [True, False], ids=["grouped", "alone"])
 async def test_a_retried_run_replays_its_recorded_steps_and_runs_the_rest(
-    runs: AgentRuns, worker: Worker, backend: Backend, agent: Agent
+    runs: AgentRuns, kinds: RunKinds, backend: Backend, agent: Agent, group_commit: bool
 ) -> None:
-    """After a failure, the next claim returns the recorded results and runs only what is left."""
+    """After a failure, the next claim returns the recorded results and runs only what is left,
+    whether the worker writes its boundaries with the group or alone."""
+    worker = Worker(
+        runs,
+        kinds,
+        backend.stores.notifier,
+        random.Random(5),
+        holder="worker-1",
+        group_commit=group_commit,
+    )
     agent.fail_epochs = {1}
     run = await runs.enqueue("agent", workspace="acme", subject="s")
     [first] = await runs.claim(worker.holder)
