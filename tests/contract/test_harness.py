@@ -4,6 +4,7 @@ worker or the reaper would act."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
@@ -12,6 +13,7 @@ from agentruns import (
     AgentRunState,
     Backoff,
     BudgetHold,
+    FailureClass,
     ProviderError,
     RecordedSteps,
     RunKind,
@@ -196,3 +198,25 @@ async def test_drain_replays_recorded_steps_when_a_run_is_retried(
         (2, "publish"),
     ]
     assert harness.clock.now() == START + timedelta(seconds=30)
+
+
+async def test_drain_retries_a_step_cancelled_past_its_step_timeout(
+    agentruns_harness: HarnessFactory,
+) -> None:
+    """The step timeout is the process's own time: a hanging first attempt is cancelled, and
+    drain retries it after the backoff on the manual clock."""
+
+    async def steps(run: AgentRun) -> AsyncIterator[StepEvent]:
+        if run.attempt == 0:
+            await asyncio.Event().wait()  # hangs until cancelled
+        yield StepEvent("answered")
+
+    policy = RunKindPolicy(name="hangs", backoff=BACKOFF, step_timeout=timedelta(milliseconds=20))
+    harness = agentruns_harness(RunKind(policy, steps), start=START)
+    run = await harness.runs.enqueue("hangs", workspace="acme", subject="doc:1")
+
+    report = await harness.drain()
+
+    assert report.outcomes == {RunOutcome.REQUEUED: 1, RunOutcome.COMPLETED: 1}
+    [failure] = await harness.runs.failures(run.id)
+    assert failure.failure_class is FailureClass.TIMEOUT

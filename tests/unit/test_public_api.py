@@ -61,6 +61,7 @@ PUBLIC = [
     "RecordedSteps",
     "StepContext",
     "StepOutOfOrder",
+    "StepTimedOut",
     "InvalidToken",
     "JsonObject",
     "KindClassifier",

@@ -16,7 +16,7 @@ from typing import ParamSpec, TypeVar, cast
 
 from agentruns.app.kinds import StepEvent
 from agentruns.domain.payload import JsonObject
-from agentruns.domain.recorded_steps import RECORDED_STEP, Replay, step_record
+from agentruns.domain.recorded_steps import RECORDED_STEP, RecordedStep, Replay, step_record
 from agentruns.domain.run import AgentRun
 
 P = ParamSpec("P")
@@ -24,7 +24,8 @@ T = TypeVar("T")
 
 # Runs one step's work (which returns the step's record) and writes its boundary; the worker's
 # spans the work, renews under the run's fence and appends the record in one write.
-Boundary = Callable[[Callable[[], Awaitable[JsonObject]]], Awaitable[JsonObject]]
+# (the step's label, its work)
+Boundary = Callable[[str, Callable[[], Awaitable[JsonObject]]], Awaitable[JsonObject]]
 
 
 class StepContext:
@@ -61,7 +62,7 @@ class StepContext:
         async def work() -> JsonObject:
             return step_record(name, occurrence, await fn(*args, **kwargs))
 
-        record = await self._boundary(work)
+        record = await self._boundary(RecordedStep(name, occurrence, None).label, work)
         return cast(T, record["result"])
 
 
@@ -85,7 +86,7 @@ class RecordedSteps:
     async def __call__(self, run: AgentRun) -> AsyncIterator[StepEvent]:
         events: list[StepEvent] = []
 
-        async def boundary(work: Callable[[], Awaitable[JsonObject]]) -> JsonObject:
+        async def boundary(label: str, work: Callable[[], Awaitable[JsonObject]]) -> JsonObject:
             record = await work()
             events.append(StepEvent(RECORDED_STEP, record))
             return record

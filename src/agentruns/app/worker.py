@@ -38,6 +38,7 @@ from agentruns.domain.errors import (
     AgentRunsError,
     LeaseLost,
     RunNotFound,
+    StepTimedOut,
     StoreUnavailable,
     UnknownKind,
 )
@@ -204,11 +205,11 @@ class Worker:
             ]
         replay = Replay(history)
 
-        async def record(work: Callable[[], Awaitable[JsonObject]]) -> JsonObject:
+        async def record(label: str, work: Callable[[], Awaitable[JsonObject]]) -> JsonObject:
             async def event() -> StepEvent:
                 return StepEvent(RECORDED_STEP, await work())
 
-            written = await boundary.step(event)
+            written = await boundary.step(event, label)
             assert written is not None  # the work returned an event
             return written.data
 
@@ -422,7 +423,7 @@ class _Boundaries:
     """A run's step boundaries, counted: each step's work, timed and spanned, then its event
     written with the renewal (with the group, or alone)."""
 
-    __slots__ = ("_index", "_kind", "_run", "_settler", "_trace", "_worker")
+    __slots__ = ("_index", "_kind", "_run", "_settler", "_timeout", "_trace", "_worker")
 
     def __init__(
         self,
@@ -438,15 +439,45 @@ class _Boundaries:
         self._trace = trace
         self._settler = settler
         self._index = 0
+        timeout = kind.policy.step_timeout
+        self._timeout = None if timeout is None else timeout.total_seconds()
 
-    async def step(self, work: Callable[[], Awaitable[StepEvent]]) -> StepEvent | None:
-        """Run one step's ``work`` and write its event; None when the steps were done (the
-        work raised StopAsyncIteration)."""
+    async def _bounded(
+        self, work: Callable[[], Awaitable[StepEvent]], label: str | None
+    ) -> StepEvent:
+        """``work`` cancelled once it has run the kind's step timeout: then StepTimedOut, even
+        if the step swallowed the cancel and returned (the step's own TimeoutError, raised in
+        time, goes up as it is)."""
+        scope = asyncio.timeout(self._timeout)
+        cause: TimeoutError | None = None
+        try:
+            async with scope:
+                event = await work()
+        except TimeoutError as error:
+            if not scope.expired():
+                raise
+            cause = error
+        if not scope.expired():
+            return event
+        named = f"step {label!r}" if label is not None else f"step {self._index + 1}"
+        raise StepTimedOut(
+            f"{named} ran past the step timeout of {self._kind.policy.step_timeout} "
+            "and was cancelled"
+        ) from cause
+
+    async def step(
+        self, work: Callable[[], Awaitable[StepEvent]], label: str | None = None
+    ) -> StepEvent | None:
+        """Run one step's ``work`` (cancelled past the kind's step timeout) and write its
+        event; None when the steps were done (the work raised StopAsyncIteration)."""
         worker = self._worker
         span = self._trace.step(self._index)
         began = time.perf_counter()
         try:
-            event = await work()
+            if self._timeout is None:
+                event = await work()
+            else:
+                event = await self._bounded(work, label)
         except StopAsyncIteration:
             span.drop()  # no step: the steps were done
             return None

@@ -20,6 +20,8 @@
     │   ├── StepOutOfOrder           a resumed run asked for its steps in another order
     │   └── InvalidStepResult        a step's result is not JSON or is too large (also
     │                                InvalidRequest): nothing is recorded
+    ├── StepTimedOut                 a step ran past its kind's step timeout and was cancelled
+    │                                (also a TimeoutError: retryable, class timeout)
     ├── SandboxError                 sandbox rows, claims and tokens
     │   ├── SandboxNotLive           the sandbox is DELETING or gone
     │   └── InvalidToken             a token that is missing, forged, expired or revoked
@@ -121,6 +123,12 @@ class StepOutOfOrder(RecordedStepError):
 class InvalidStepResult(RecordedStepError, InvalidRequest):
     """A step's result is not a JSON value, or its record would pass the JSON size limits
     (:mod:`agentruns.domain.limits`): nothing is recorded."""
+
+
+class StepTimedOut(AgentRunsError, TimeoutError):
+    """A step ran past its kind's ``step_timeout`` and the worker cancelled it. A timeout, so
+    retryable by the default rules (class ``timeout``): the run is requeued after its backoff
+    with the attempt's failure recorded."""
 
 
 class SandboxError(AgentRunsError):
