@@ -12,7 +12,10 @@ transaction (ADRs/0014). A run whose kind is not registered here (leased through
 registry) is a failure of class ``unknown_kind``: given back without spending an attempt, for a
 holder that knows the kind. Each attempt logs one line when it starts and one when it ends, with
 its duration; its spans (claim, steps, end) go to the tracing port. With a holder store, the
-loop keeps the worker's holder row beside it (:mod:`agentruns.app.holders`).
+loop keeps the worker's holder row beside it (:mod:`agentruns.app.holders`). A kind of
+:class:`~agentruns.app.recorded.RecordedSteps` reads its recorded steps once when claimed again
+and replays them (ADRs/0022); each step's work is bounded by its kind's step timeout
+(:mod:`agentruns.app.boundaries`).
 """
 
 from __future__ import annotations
@@ -24,6 +27,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from agentruns.app.boundaries import StepBoundaries
 from agentruns.app.claimer import GroupClaimer
 from agentruns.app.holders import HolderHeartbeat
 from agentruns.app.kinds import RunKind, RunKinds, StepEvent
@@ -38,7 +42,6 @@ from agentruns.domain.errors import (
     AgentRunsError,
     LeaseLost,
     RunNotFound,
-    StepTimedOut,
     StoreUnavailable,
     UnknownKind,
 )
@@ -182,7 +185,7 @@ class Worker:
     ) -> None:
         """Each step's work, then its boundary (renew, then persist its event), each timed and
         spanned. A step's own error ends its span marked with the failure and goes on up."""
-        boundary = _Boundaries(self, run, kind, trace, settler)
+        boundary = StepBoundaries(self._runs, self._metrics, run, kind, trace, settler)
         if isinstance(kind.steps, RecordedSteps):
             await self._recorded(run, kind.steps, boundary)
             return
@@ -192,7 +195,9 @@ class Worker:
             if event is None:
                 return
 
-    async def _recorded(self, run: AgentRun, steps: RecordedSteps, boundary: _Boundaries) -> None:
+    async def _recorded(
+        self, run: AgentRun, steps: RecordedSteps, boundary: StepBoundaries
+    ) -> None:
         """A recorded kind's attempt: its recorded steps read once (none before a second
         claim: a first attempt has no history and reads nothing), then its code, whose recorded
         steps return their results and whose new steps are recorded (ADRs/0022)."""
@@ -221,10 +226,6 @@ class Worker:
         settling, and the reaper takes the run back once the lease runs out."""
         log.error("store unavailable; the run is left to lease expiry", extra=_context(run))
         return RunOutcome.LEASE_LOST
-
-    @staticmethod
-    def _describe(run: AgentRun, kind: RunKind, error: BaseException) -> FailureDetail:
-        return describe_failure(error, kind.classify(error).failure_class, run.payload)
 
     async def _recover(
         self, run: AgentRun, kind: RunKind | None, error: Exception, trace: RunTrace
@@ -417,88 +418,6 @@ class Worker:
         for future in pending:
             future.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
-
-
-class _Boundaries:
-    """A run's step boundaries, counted: each step's work, timed and spanned, then its event
-    written with the renewal (with the group, or alone)."""
-
-    __slots__ = ("_index", "_kind", "_run", "_settler", "_timeout", "_trace", "_worker")
-
-    def __init__(
-        self,
-        worker: Worker,
-        run: AgentRun,
-        kind: RunKind,
-        trace: RunTrace,
-        settler: GroupSettler | None,
-    ) -> None:
-        self._worker = worker
-        self._run = run
-        self._kind = kind
-        self._trace = trace
-        self._settler = settler
-        self._index = 0
-        timeout = kind.policy.step_timeout
-        self._timeout = None if timeout is None else timeout.total_seconds()
-
-    async def _bounded(
-        self, work: Callable[[], Awaitable[StepEvent]], label: str | None
-    ) -> StepEvent:
-        """``work`` cancelled once it has run the kind's step timeout: then StepTimedOut, even
-        if the step swallowed the cancel and returned (the step's own TimeoutError, raised in
-        time, goes up as it is)."""
-        scope = asyncio.timeout(self._timeout)
-        cause: TimeoutError | None = None
-        try:
-            async with scope:
-                event = await work()
-        except TimeoutError as error:
-            if not scope.expired():
-                raise
-            cause = error
-        if not scope.expired():
-            return event
-        named = f"step {label!r}" if label is not None else f"step {self._index + 1}"
-        raise StepTimedOut(
-            f"{named} ran past the step timeout of {self._kind.policy.step_timeout} "
-            "and was cancelled"
-        ) from cause
-
-    async def step(
-        self, work: Callable[[], Awaitable[StepEvent]], label: str | None = None
-    ) -> StepEvent | None:
-        """Run one step's ``work`` (cancelled past the kind's step timeout) and write its
-        event; None when the steps were done (the work raised StopAsyncIteration)."""
-        worker = self._worker
-        span = self._trace.step(self._index)
-        began = time.perf_counter()
-        try:
-            if self._timeout is None:
-                event = await work()
-            else:
-                event = await self._bounded(work, label)
-        except StopAsyncIteration:
-            span.drop()  # no step: the steps were done
-            return None
-        except (LeaseLost, StoreUnavailable):
-            span.end()
-            raise
-        except Exception as error:
-            span.end(worker._describe(self._run, self._kind, error))
-            raise
-        try:
-            fence = self._run.fence
-            if self._settler is not None:
-                await self._settler.step_boundary(fence, event.type, event.data)
-            else:
-                await worker._runs.step_boundary(fence, event.type, event.data)
-        finally:
-            span.end()
-        worker._metrics.renewed(self._run.kind)
-        worker._metrics.stepped(self._run.kind, time.perf_counter() - began)
-        self._index += 1
-        return event
 
 
 def _claim_failed(error: Exception, *, drain: bool) -> None:
