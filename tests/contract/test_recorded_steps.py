@@ -232,6 +232,28 @@ async def test_a_step_asked_for_out_of_its_recorded_order_ends_the_run_not_retry
     assert len(recorded(await runs.events(run.id))) == 2
 
 
+async def test_steps_asked_for_at_once_are_refused(
+    runs: AgentRuns, worker: Worker, kinds: RunKinds
+) -> None:
+    """Two steps of one run at the same time would record in either order: the second is
+    refused, the run ends not_retryable."""
+
+    async def slow(value: int) -> int:
+        await asyncio.sleep(0.01)
+        return value
+
+    async def steps(run: AgentRun, ctx: StepContext) -> None:
+        await asyncio.gather(ctx.step("a", slow, 1), ctx.step("b", slow, 2))
+
+    kinds.register(RunKind(policy("fanned"), RecordedSteps(steps)))
+    run = await runs.enqueue("fanned", workspace="acme", subject="s")
+    [leased] = await runs.claim(worker.holder)
+    assert await within(worker.drive(leased)) is RunOutcome.FAILED
+    [failure] = await runs.failures(run.id)
+    assert "step 'b' was asked for while step 'a' runs" in failure.message
+    assert (await runs.get(run.id)).end_reason is TerminationReason.NOT_RETRYABLE
+
+
 class Returns:
     """A recorded kind ``returns`` whose one step returns what the payload's ``result`` says."""
 

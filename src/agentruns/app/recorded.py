@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import ParamSpec, TypeVar, cast
 
 from agentruns.app.kinds import StepEvent
+from agentruns.domain.errors import StepOutOfOrder
 from agentruns.domain.payload import JsonObject
 from agentruns.domain.recorded_steps import RECORDED_STEP, RecordedStep, Replay, step_record
 from agentruns.domain.run import AgentRun
@@ -32,12 +33,13 @@ class StepContext:
     """What a recorded kind's code gets beside its run: :meth:`step`, the one way to make a step
     whose result survives a retry. One context serves one attempt of one run."""
 
-    __slots__ = ("_boundary", "_replay", "run")
+    __slots__ = ("_boundary", "_replay", "_running", "run")
 
     def __init__(self, run: AgentRun, replay: Replay, boundary: Boundary) -> None:
         self.run = run
         self._replay = replay
         self._boundary = boundary
+        self._running: str | None = None  # the step being run, if one is
 
     @property
     def replaying(self) -> bool:
@@ -52,9 +54,17 @@ class StepContext:
         what is returned is the recorded copy, as a later attempt gets it). A step recorded by an
         earlier attempt returns its recorded result and ``fn`` does not run.
 
-        Raises :class:`~agentruns.StepOutOfOrder` when a resumed run asks for a step other than
-        the one recorded at its place, :class:`~agentruns.InvalidStepResult` (nothing recorded)
-        when the result is not JSON or too large, and whatever ``fn`` raises, unchanged."""
+        Steps run one at a time (their order is their identity): a step asked for while another
+        runs is :class:`~agentruns.StepOutOfOrder`. Raises it too when a resumed run asks for a
+        step other than the one recorded at its place; :class:`~agentruns.InvalidStepResult`
+        (nothing recorded) when the result is not JSON or too large; what ``fn`` raises,
+        unchanged; and :class:`~agentruns.LeaseLost` when the holder lost the run (nothing
+        recorded), which the code must let through."""
+        if self._running is not None:
+            raise StepOutOfOrder(
+                f"step {name!r} was asked for while step {self._running!r} runs: the recorded "
+                "steps of a run run one at a time, in the order they are asked for"
+            )
         occurrence, recorded = self._replay.ask(name)
         if recorded is not None:
             return cast(T, recorded.result)
@@ -62,7 +72,12 @@ class StepContext:
         async def work() -> JsonObject:
             return step_record(name, occurrence, await fn(*args, **kwargs))
 
-        record = await self._boundary(RecordedStep(name, occurrence, None).label, work)
+        label = RecordedStep(name, occurrence, None).label
+        self._running = label
+        try:
+            record = await self._boundary(label, work)
+        finally:
+            self._running = None
         return cast(T, record["result"])
 
 
