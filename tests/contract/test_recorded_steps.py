@@ -39,12 +39,14 @@ class Agent:
         self.reached = asyncio.Event()
         self.opened = asyncio.Event()
         self.seen: list[object] = []
+        self.replaying: list[bool] = []  # ctx.replaying as each attempt starts
 
     async def call(self, run: AgentRun, name: str, result: object) -> object:
         self.calls.append((run.epoch, name))
         return result
 
     async def steps(self, run: AgentRun, ctx: StepContext) -> None:
+        self.replaying.append(ctx.replaying)
         plan = await ctx.step("plan", self.call, run, "plan", {"items": ["lint", "test"]})
         assert isinstance(plan, dict)
         self.seen.append(plan)
@@ -103,6 +105,7 @@ async def test_a_retried_run_replays_its_recorded_steps_and_runs_the_rest(
     assert agent.calls == [(1, "plan"), (1, "act"), (1, "act"), (2, "report")]
     plan = {"items": ["lint", "test"]}
     assert agent.seen == [plan, "did lint", "did test"] * 2  # the same results, replayed
+    assert agent.replaying == [False, True]
     assert recorded(await runs.events(run.id)) == [
         (1, "plan", 1, plan),
         (1, "act", 1, "did lint"),
