@@ -4,6 +4,7 @@ worker or the reaper would act."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
@@ -12,10 +13,13 @@ from agentruns import (
     AgentRunState,
     Backoff,
     BudgetHold,
+    FailureClass,
     ProviderError,
+    RecordedSteps,
     RunKind,
     RunKindPolicy,
     RunOutcome,
+    StepContext,
     StepEvent,
     TerminationReason,
 )
@@ -161,3 +165,58 @@ async def test_drain_without_advance_leaves_the_clock_alone(
     assert (await harness.runs.get(later.id)).state is AgentRunState.QUEUED
     await harness.drain()
     assert (await harness.runs.get(later.id)).state is AgentRunState.ENDED
+
+
+async def test_drain_replays_recorded_steps_when_a_run_is_retried(
+    agentruns_harness: HarnessFactory,
+) -> None:
+    """A recorded kind failing after its first step: drain retries it after the backoff, and the
+    retry gets the first step's result without running it again."""
+    ran: list[str] = []
+
+    async def call(name: str) -> dict[str, str]:
+        ran.append(name)
+        return {"from": name}
+
+    async def steps(run: AgentRun, ctx: StepContext) -> None:
+        drafted = await ctx.step("draft", call, "draft")
+        if run.attempt == 0:
+            raise ProviderError("overloaded", status=503)
+        await ctx.step("publish", call, f"publish {drafted['from']}")
+
+    kind = RunKind(RunKindPolicy(name="drafts", backoff=BACKOFF), RecordedSteps(steps))
+    harness = agentruns_harness(kind, start=START)
+    run = await harness.runs.enqueue("drafts", workspace="acme", subject="doc:1")
+
+    report = await harness.drain()
+
+    assert report.outcomes == {RunOutcome.REQUEUED: 1, RunOutcome.COMPLETED: 1}
+    assert ran == ["draft", "publish draft"]
+    events = await harness.runs.events(run.id)
+    assert [(event.epoch, event.data["name"]) for event in events] == [
+        (1, "draft"),
+        (2, "publish"),
+    ]
+    assert harness.clock.now() == START + timedelta(seconds=30)
+
+
+async def test_drain_retries_a_step_cancelled_past_its_step_timeout(
+    agentruns_harness: HarnessFactory,
+) -> None:
+    """The step timeout is the process's own time: a hanging first attempt is cancelled, and
+    drain retries it after the backoff on the manual clock."""
+
+    async def steps(run: AgentRun) -> AsyncIterator[StepEvent]:
+        if run.attempt == 0:
+            await asyncio.Event().wait()  # hangs until cancelled
+        yield StepEvent("answered")
+
+    policy = RunKindPolicy(name="hangs", backoff=BACKOFF, step_timeout=timedelta(milliseconds=20))
+    harness = agentruns_harness(RunKind(policy, steps), start=START)
+    run = await harness.runs.enqueue("hangs", workspace="acme", subject="doc:1")
+
+    report = await harness.drain()
+
+    assert report.outcomes == {RunOutcome.REQUEUED: 1, RunOutcome.COMPLETED: 1}
+    [failure] = await harness.runs.failures(run.id)
+    assert failure.failure_class is FailureClass.TIMEOUT

@@ -4,12 +4,13 @@ kind's handler: does it keep a domain row?"""
 from __future__ import annotations
 
 from collections.abc import AsyncIterator
+from datetime import timedelta
 
 import pytest
 
 from agentruns.app.kinds import AgentRunHandler, NoDomainRow, RunKind, RunKinds, StepEvent
 from agentruns.app.ports import BudgetHold, Transaction
-from agentruns.domain.errors import UnknownKind
+from agentruns.domain.errors import InvalidRequest, UnknownKind
 from agentruns.domain.kinds import RunKindPolicy
 from agentruns.domain.run import AgentRun, RunChange
 
@@ -71,3 +72,9 @@ def test_a_kind_is_registered_once_and_an_unknown_one_is_refused() -> None:
     with pytest.raises(UnknownKind):
         kinds.get("b")
     assert ("a" in kinds, "b" in kinds, kinds.names()) == (True, False, ["a"])
+
+
+@pytest.mark.parametrize("bad", [timedelta(0), timedelta(days=2), 5])
+def test_a_step_timeout_is_positive_and_at_most_a_day(bad: object) -> None:
+    with pytest.raises(InvalidRequest, match="a step timeout"):
+        RunKindPolicy(name="k", step_timeout=bad)  # type: ignore[arg-type]

@@ -4,7 +4,9 @@ A kind is its :class:`~agentruns.domain.kinds.RunKindPolicy` (lease, retry budge
 deadline), an :class:`AgentRunHandler` that keeps the kind's own domain row agreeing with its run,
 its steps, and optionally its own failure classifier (asked before the default rules). Steps are
 an async generator over the run: each yielded :class:`StepEvent` is a step boundary, where the
-worker renews the lease and only then persists the event.
+worker renews the lease and only then persists the event. Or they are
+:class:`~agentruns.app.recorded.RecordedSteps`, plain async code whose steps' results are
+recorded and replayed when the run is claimed again (ADRs/0022).
 """
 
 from __future__ import annotations
@@ -14,8 +16,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from agentruns.app.ports import BudgetHold, Transaction
-from agentruns.domain.errors import InvalidSchedule, UnknownKind
-from agentruns.domain.failures import ClassifiedFailure, KindClassifier, classify_failure
+from agentruns.domain.errors import InvalidSchedule, RecordedStepError, UnknownKind
+from agentruns.domain.failures import (
+    ClassifiedFailure,
+    FailureClass,
+    KindClassifier,
+    classify_failure,
+)
 from agentruns.domain.kinds import RunKindPolicy
 from agentruns.domain.payload import JsonObject
 from agentruns.domain.run import AgentRun, RunChange
@@ -107,7 +114,11 @@ class RunKind:
         return self.policy.name
 
     def classify(self, error: BaseException) -> ClassifiedFailure:
-        """The failure class of a step's error: the kind's classifier first, then the defaults."""
+        """The failure class of a step's error: the kind's classifier first, then the defaults.
+        A recorded step's own refusal (:class:`RecordedStepError`) is ``configuration`` whatever
+        the classifier says: a retry would meet it again (ADRs/0022)."""
+        if isinstance(error, RecordedStepError):
+            return ClassifiedFailure(FailureClass.CONFIGURATION)
         return classify_failure(error, self.classifier)
 
 

@@ -12,7 +12,10 @@ transaction (ADRs/0014). A run whose kind is not registered here (leased through
 registry) is a failure of class ``unknown_kind``: given back without spending an attempt, for a
 holder that knows the kind. Each attempt logs one line when it starts and one when it ends, with
 its duration; its spans (claim, steps, end) go to the tracing port. With a holder store, the
-loop keeps the worker's holder row beside it (:mod:`agentruns.app.holders`).
+loop keeps the worker's holder row beside it (:mod:`agentruns.app.holders`). A kind of
+:class:`~agentruns.app.recorded.RecordedSteps` reads its recorded steps once when claimed again
+and replays them (ADRs/0022); each step's work is bounded by its kind's step timeout
+(:mod:`agentruns.app.boundaries`).
 """
 
 from __future__ import annotations
@@ -20,14 +23,17 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
+from agentruns.app.boundaries import StepBoundaries
 from agentruns.app.claimer import GroupClaimer
 from agentruns.app.holders import HolderHeartbeat
-from agentruns.app.kinds import RunKind, RunKinds
+from agentruns.app.kinds import RunKind, RunKinds, StepEvent
 from agentruns.app.metrics import Metrics, NoMetrics
 from agentruns.app.ports import HolderStore, NewFailure, Notifier
+from agentruns.app.recorded import RecordedSteps, StepContext
 from agentruns.app.runs import AgentRuns
 from agentruns.app.settler import GroupSettler
 from agentruns.app.tracing import NoTracing, RunTrace, Tracing
@@ -42,6 +48,8 @@ from agentruns.domain.errors import (
 from agentruns.domain.failure_records import FailureDetail, describe_failure
 from agentruns.domain.failures import ClassifiedFailure, FailureClass
 from agentruns.domain.holders import HolderBeat
+from agentruns.domain.payload import JsonObject
+from agentruns.domain.recorded_steps import RECORDED_STEP, RecordedStep, Replay, read_record
 from agentruns.domain.run import AgentRun
 from agentruns.domain.termination import (
     EndRun,
@@ -177,43 +185,47 @@ class Worker:
     ) -> None:
         """Each step's work, then its boundary (renew, then persist its event), each timed and
         spanned. A step's own error ends its span marked with the failure and goes on up."""
-        fence = run.fence
+        boundary = StepBoundaries(self._runs, self._metrics, run, kind, trace, settler)
+        if isinstance(kind.steps, RecordedSteps):
+            await self._recorded(run, kind.steps, boundary)
+            return
         steps = kind.steps(run)
-        index = 0
         while True:
-            span = trace.step(index)
-            began = time.perf_counter()
-            try:
-                event = await anext(steps)
-            except StopAsyncIteration:
-                span.drop()  # no step: the steps were done
+            event = await boundary.step(lambda: anext(steps))
+            if event is None:
                 return
-            except (LeaseLost, StoreUnavailable):
-                span.end()
-                raise
-            except Exception as error:
-                span.end(self._describe(run, kind, error))
-                raise
-            try:
-                if settler is not None:
-                    await settler.step_boundary(fence, event.type, event.data)
-                else:
-                    await self._runs.step_boundary(fence, event.type, event.data)
-            finally:
-                span.end()
-            self._metrics.renewed(run.kind)
-            self._metrics.stepped(run.kind, time.perf_counter() - began)
-            index += 1
+
+    async def _recorded(
+        self, run: AgentRun, steps: RecordedSteps, boundary: StepBoundaries
+    ) -> None:
+        """A recorded kind's attempt: its recorded steps read once (none before a second
+        claim: a first attempt has no history and reads nothing), then its code, whose recorded
+        steps return their results and whose new steps are recorded (ADRs/0022)."""
+        history: list[RecordedStep] = []
+        if run.epoch > 1:
+            history = [
+                read_record(event.data)
+                for event in await self._runs.events(run.id)
+                if event.type == RECORDED_STEP
+            ]
+        replay = Replay(history)
+
+        async def record(label: str, work: Callable[[], Awaitable[JsonObject]]) -> JsonObject:
+            async def event() -> StepEvent:
+                return StepEvent(RECORDED_STEP, await work())
+
+            written = await boundary.step(event, label)
+            assert written is not None  # the work returned an event
+            return written.data
+
+        await steps.function(run, StepContext(run, replay, record))
+        replay.finish()
 
     def _unreachable(self, run: AgentRun) -> RunOutcome:
         """The store cannot be reached: the holder cannot prove its lease, so it stops without
         settling, and the reaper takes the run back once the lease runs out."""
         log.error("store unavailable; the run is left to lease expiry", extra=_context(run))
         return RunOutcome.LEASE_LOST
-
-    @staticmethod
-    def _describe(run: AgentRun, kind: RunKind, error: BaseException) -> FailureDetail:
-        return describe_failure(error, kind.classify(error).failure_class, run.payload)
 
     async def _recover(
         self, run: AgentRun, kind: RunKind | None, error: Exception, trace: RunTrace

@@ -16,6 +16,12 @@
     │   ├── StaleEpoch               a newer claim took the run
     │   └── LeaseExpired             the lease's leased_until has passed
     ├── RetryBudgetExhausted         continuing would spend more attempts than the kind allows
+    ├── RecordedStepError            a recorded step cannot be replayed or recorded (not retryable)
+    │   ├── StepOutOfOrder           a resumed run asked for its steps in another order
+    │   └── InvalidStepResult        a step's result is not JSON or is too large (also
+    │                                InvalidRequest): nothing is recorded
+    ├── StepTimedOut                 a step ran past its kind's step timeout and was cancelled
+    │                                (also a TimeoutError: retryable, class timeout)
     ├── SandboxError                 sandbox rows, claims and tokens
     │   ├── SandboxNotLive           the sandbox is DELETING or gone
     │   └── InvalidToken             a token that is missing, forged, expired or revoked
@@ -28,6 +34,8 @@ and PostgreSQL adapters raise the same exception for the same conflict.
 """
 
 from __future__ import annotations
+
+from agentruns.domain.failures import ConfigurationError
 
 
 class AgentRunsError(Exception):
@@ -98,6 +106,29 @@ class LeaseExpired(LeaseLost):
 
 class RetryBudgetExhausted(AgentRunsError):
     """The kind's retry budget does not allow another attempt."""
+
+
+class RecordedStepError(AgentRunsError, ConfigurationError):
+    """A recorded step cannot be replayed or recorded (ADRs/0022). The kind's code and its
+    recorded history disagree, or a step's result cannot be stored: running the run again would
+    meet the same answer, so the run ends ``not_retryable`` (class ``configuration``), whatever
+    the kind's own classifier says."""
+
+
+class StepOutOfOrder(RecordedStepError):
+    """A resumed run asked for a step other than the one recorded at that place (or returned
+    with recorded steps it never asked for): its result is never guessed."""
+
+
+class InvalidStepResult(RecordedStepError, InvalidRequest):
+    """A step's result is not a JSON value, or its record would pass the JSON size limits
+    (:mod:`agentruns.domain.limits`): nothing is recorded."""
+
+
+class StepTimedOut(AgentRunsError, TimeoutError):
+    """A step ran past its kind's ``step_timeout`` and the worker cancelled it. A timeout, so
+    retryable by the default rules (class ``timeout``): the run is requeued after its backoff
+    with the attempt's failure recorded."""
 
 
 class SandboxError(AgentRunsError):

@@ -17,16 +17,20 @@ MAX_RETRY_BUDGET = 1_000_000
 @dataclass(frozen=True, slots=True)
 class RunKindPolicy:
     """A kind's name, retry budget (requeues shared by failure retry and stale reclaim), lease
-    length, backoff and the longest a run may live from its enqueue (``None``: no deadline).
+    length, backoff, the longest a run may live from its enqueue (``None``: no deadline) and the
+    longest one step may run (``None``: no bound) before the worker cancels it.
 
     The lease is longer than zero and at most a day, the deadline longer than zero and at most
-    366 days, the backoff's cap at most 366 days (:mod:`agentruns.domain.limits`)."""
+    366 days, the backoff's cap at most 366 days, the step timeout longer than zero and at most
+    a day (:mod:`agentruns.domain.limits`). The step timeout is the holder process's own time,
+    as the shutdown grace is: a manual clock does not move it (ADRs/0022)."""
 
     name: str
     retry_budget: int = DEFAULT_RETRY_BUDGET
     lease: timedelta = timedelta(seconds=30)
     backoff: Backoff = field(default_factory=Backoff)
     deadline: timedelta | None = None
+    step_timeout: timedelta | None = None
 
     def __post_init__(self) -> None:
         # InvalidRequest is a ValueError: a bad policy fails where the host builds it.
@@ -38,5 +42,7 @@ class RunKindPolicy:
         limits.duration(self.lease, "a lease", longest=limits.MAX_LEASE)
         if self.deadline is not None:
             limits.duration(self.deadline, "a deadline", longest=limits.MAX_DEADLINE)
+        if self.step_timeout is not None:
+            limits.duration(self.step_timeout, "a step timeout", longest=limits.MAX_LEASE)
         if self.backoff.cap > limits.MAX_DELAY:
             raise InvalidRequest(f"a backoff's cap is at most {limits.MAX_DELAY}")

@@ -1,0 +1,111 @@
+"""Recorded steps: a kind written as plain async code whose steps' results are kept (ADRs/0022).
+
+A kind's steps may be :class:`RecordedSteps` instead of a generator of step events: an async
+function of the run and a :class:`StepContext`. Each ``await ctx.step(name, fn, *args)`` is a step
+boundary: ``fn`` runs, and its JSON result is recorded as a ``step.recorded`` event in the write
+that renews the lease (the renewal first: a holder that lost its lease records nothing). When the
+run is claimed again (a failure retried, a lease taken back), the worker reads its recorded steps
+once and the same calls return their recorded results without running ``fn`` again; the code
+after them runs as usual. The replay rule is :mod:`agentruns.domain.recorded_steps`.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import ParamSpec, TypeVar, cast
+
+from agentruns.app.kinds import StepEvent
+from agentruns.domain.errors import StepOutOfOrder
+from agentruns.domain.payload import JsonObject
+from agentruns.domain.recorded_steps import RECORDED_STEP, RecordedStep, Replay, step_record
+from agentruns.domain.run import AgentRun
+
+P = ParamSpec("P")
+T = TypeVar("T")
+
+# Runs one step's work (which returns the step's record) and writes its boundary; the worker's
+# spans the work, renews under the run's fence and appends the record in one write.
+# (the step's label, its work)
+Boundary = Callable[[str, Callable[[], Awaitable[JsonObject]]], Awaitable[JsonObject]]
+
+
+class StepContext:
+    """What a recorded kind's code gets beside its run: :meth:`step`, the one way to make a step
+    whose result survives a retry. One context serves one attempt of one run."""
+
+    __slots__ = ("_boundary", "_replay", "_running", "run")
+
+    def __init__(self, run: AgentRun, replay: Replay, boundary: Boundary) -> None:
+        self.run = run
+        self._replay = replay
+        self._boundary = boundary
+        self._running: str | None = None  # the step being run, if one is
+
+    @property
+    def replaying(self) -> bool:
+        """Whether the steps asked for next were recorded by an earlier attempt (and will return
+        their results without running)."""
+        return self._replay.replaying
+
+    async def step(
+        self, name: str, fn: Callable[P, Awaitable[T]], /, *args: P.args, **kwargs: P.kwargs
+    ) -> T:
+        """``await fn(*args, **kwargs)`` as the step ``name``, its result recorded (a JSON value:
+        what is returned is the recorded copy, as a later attempt gets it). A step recorded by an
+        earlier attempt returns its recorded result and ``fn`` does not run.
+
+        Steps run one at a time (their order is their identity): a step asked for while another
+        runs is :class:`~agentruns.StepOutOfOrder`. Raises it too when a resumed run asks for a
+        step other than the one recorded at its place; :class:`~agentruns.InvalidStepResult`
+        (nothing recorded) when the result is not JSON or too large; what ``fn`` raises,
+        unchanged; and :class:`~agentruns.LeaseLost` when the holder lost the run (nothing
+        recorded), which the code must let through."""
+        if self._running is not None:
+            raise StepOutOfOrder(
+                f"step {name!r} was asked for while step {self._running!r} runs: the recorded "
+                "steps of a run run one at a time, in the order they are asked for"
+            )
+        occurrence, recorded = self._replay.ask(name)
+        if recorded is not None:
+            return cast(T, recorded.result)
+
+        async def work() -> JsonObject:
+            return step_record(name, occurrence, await fn(*args, **kwargs))
+
+        label = RecordedStep(name, occurrence, None).label
+        self._running = label
+        try:
+            record = await self._boundary(label, work)
+        finally:
+            self._running = None
+        return cast(T, record["result"])
+
+
+RecordedFunction = Callable[[AgentRun, StepContext], Awaitable[None]]
+
+
+class RecordedSteps:
+    """A kind's steps as plain async code with recorded steps: ``RunKind(policy,
+    RecordedSteps(review))`` where ``async def review(run, ctx) -> None``. Returning completes
+    the run; an exception is classified as a generator's would be.
+
+    Called as a plain generator of step events (a host running the steps itself, with no lease
+    and no store), every step runs, nothing is replayed, and the ``step.recorded`` events come
+    once the function has returned."""
+
+    __slots__ = ("function",)
+
+    def __init__(self, function: RecordedFunction) -> None:
+        self.function = function
+
+    async def __call__(self, run: AgentRun) -> AsyncIterator[StepEvent]:
+        events: list[StepEvent] = []
+
+        async def boundary(label: str, work: Callable[[], Awaitable[JsonObject]]) -> JsonObject:
+            record = await work()
+            events.append(StepEvent(RECORDED_STEP, record))
+            return record
+
+        await self.function(run, StepContext(run, Replay(), boundary))
+        for event in events:
+            yield event
