@@ -119,7 +119,7 @@ async def test_a_final_failure_ends_the_run_with_its_record(
     assert ended.end_reason is TerminationReason.NOT_RETRYABLE
     [failure] = await runs.failures(run.id)
     assert (failure.error_type, failure.failure_class) == (
-        "agentruns.domain.failures.ConfigurationError",
+        "agentruns.ConfigurationError",
         FailureClass.CONFIGURATION,
     )
     assert failure.message == "no model configured for this workspace"

@@ -228,7 +228,7 @@ async def test_a_step_asked_for_out_of_its_recorded_order_ends_the_run_not_retry
     assert done.end_reason is TerminationReason.NOT_RETRYABLE
     [_, failure] = await runs.failures(run.id)
     assert (failure.error_type, failure.failure_class) == (
-        "agentruns.domain.errors.StepOutOfOrder",
+        "agentruns.StepOutOfOrder",
         FailureClass.CONFIGURATION,
     )
     assert message in failure.message
@@ -301,7 +301,7 @@ async def test_a_result_too_large_or_not_json_is_refused_and_nothing_is_recorded
     assert await runs.events(run.id) == []
     assert (await runs.get(run.id)).end_reason is TerminationReason.NOT_RETRYABLE
     [failure] = await runs.failures(run.id)
-    assert failure.error_type == "agentruns.domain.errors.InvalidStepResult"
+    assert failure.error_type == "agentruns.InvalidStepResult"
     assert failure.failure_class is FailureClass.CONFIGURATION
     assert "step 'answer' returned a result that cannot be recorded" in failure.message
     assert detail in failure.message

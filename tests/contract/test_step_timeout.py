@@ -81,7 +81,7 @@ async def test_a_step_past_its_timeout_is_cancelled_and_retried(
     requeued = await runs.get(run.id)
     assert (requeued.state, requeued.attempt) == (AgentRunState.QUEUED, 1)
     [failure] = await runs.failures(run.id)
-    assert failure.error_type == "agentruns.domain.errors.StepTimedOut"
+    assert failure.error_type == "agentruns.StepTimedOut"
     assert failure.failure_class is FailureClass.TIMEOUT
     assert f"{named} ran past the step timeout of 0:00:00.050000" in failure.message
 
@@ -110,7 +110,7 @@ async def test_a_step_that_swallows_the_cancel_still_times_out(
     assert await within(worker.drive(leased)) is RunOutcome.REQUEUED
     assert await runs.events(run.id) == []
     [failure] = await runs.failures(run.id)
-    assert failure.error_type == "agentruns.domain.errors.StepTimedOut"
+    assert failure.error_type == "agentruns.StepTimedOut"
 
 
 async def test_a_step_that_raises_its_own_timeout_error_is_not_renamed(

@@ -118,7 +118,7 @@ async def test_a_run_of_a_kind_not_registered_here_is_given_back_uncharged(
     assert back.last_failure is not None
     assert back.last_failure.failure_class is FailureClass.UNKNOWN_KIND
     [record] = await runs.failures(chat.id)
-    assert record.error_type == "agentruns.domain.errors.UnknownKind"
+    assert record.error_type == "agentruns.UnknownKind"
     assert (record.epoch, record.attempt) == (1, 0)
     backend.clock.advance(GIVE_BACK_DELAY)
     knower = Worker(runs, runs.kinds, backend.stores.notifier, rng, holder="knower")

@@ -80,7 +80,7 @@ def test_a_failed_run_shows_its_error_and_traceback_and_a_retry_goes_on(postgres
     run = shown(postgres_url, failing)
     assert run["end_reason"] == "not_retryable"
     assert run["last_failure"] == {
-        "error_type": "agentruns.domain.failures.ProviderError",
+        "error_type": "agentruns.ProviderError",
         "message": "provider answered 401",
         "failure_class": "auth",
     }

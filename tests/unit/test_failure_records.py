@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from agentruns.domain.errors import StepTimedOut
 from agentruns.domain.failure_records import (
     MAX_MESSAGE,
     MAX_TRACEBACK,
@@ -42,9 +43,34 @@ def test_the_detail_names_the_type_the_message_and_the_frames() -> None:
     assert detail.traceback.rstrip().endswith("KeyError: 'missing-field'")
 
 
-def test_a_library_error_type_is_named_with_its_module() -> None:
-    assert error_type_name(ProviderError("x")) == "agentruns.domain.failures.ProviderError"
+class HostError(Exception):
+    """A host's own exception, defined where the host defines it."""
+
+    class Nested(Exception):
+        pass
+
+
+def test_an_exported_error_is_named_by_its_public_name() -> None:
+    """A failure names ``agentruns.ProviderError``, not the module it lives in, which may move."""
+    assert error_type_name(ProviderError("x")) == "agentruns.ProviderError"
+    assert error_type_name(StepTimedOut("step ran past 1s")) == "agentruns.StepTimedOut"
     assert error_type_name(TimeoutError()) == "TimeoutError"
+
+
+def test_a_host_error_is_named_by_its_module_and_qualified_name() -> None:
+    assert error_type_name(HostError()) == f"{__name__}.HostError"
+    assert error_type_name(HostError.Nested()) == f"{__name__}.HostError.Nested"
+
+
+def test_an_unexported_agentruns_class_keeps_its_module() -> None:
+    """Only a name that ``agentruns.__all__`` exports, and that is the same class, is shortened."""
+
+    class ProviderError(Exception):  # the public name, but not the public class
+        pass
+
+    ProviderError.__module__ = "agentruns.domain.failures"
+    ProviderError.__qualname__ = "ProviderError"
+    assert error_type_name(ProviderError()) == "agentruns.domain.failures.ProviderError"
 
 
 def test_the_payload_is_not_echoed_in_the_message_or_the_traceback() -> None:

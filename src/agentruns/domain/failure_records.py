@@ -12,6 +12,7 @@ credential is replaced, and each part is cut to its cap. The stores keep one
 from __future__ import annotations
 
 import re
+import sys
 import traceback as tb
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -99,11 +100,35 @@ class FailureRecord:
 
 
 def error_type_name(error: BaseException) -> str:
-    """``KeyError`` for a builtin, else ``module.QualifiedName`` (``openai.RateLimitError``)."""
+    """``KeyError`` for a builtin, ``agentruns.ProviderError`` for a class the package exports
+    (its public name: the module it lives in may move), else ``module.QualifiedName``
+    (``openai.RateLimitError``, a host's ``myapp.kinds.QuotaError``)."""
     cls = type(error)
     module = cls.__module__
-    name = cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
+    if module == "builtins":
+        name = cls.__qualname__
+    elif _is_exported(cls):
+        name = f"{_PACKAGE}.{cls.__qualname__}"
+    else:
+        name = f"{module}.{cls.__qualname__}"
     return _cut(name, MAX_TYPE)
+
+
+_PACKAGE = "agentruns"
+
+
+def _is_exported(cls: type) -> bool:
+    """Whether ``agentruns.<name>`` is this very class. The package is already imported (it is
+    this module's parent) and loads its names lazily, so the lookup costs a dict read; it is
+    looked up in ``sys.modules`` rather than imported so that the domain does not depend on the
+    package's surface, which names every layer."""
+    if not cls.__module__.startswith(f"{_PACKAGE}."):
+        return False
+    package = sys.modules.get(_PACKAGE)
+    exported: object = getattr(package, "__all__", ())
+    if not isinstance(exported, list) or cls.__qualname__ not in exported:
+        return False
+    return getattr(package, cls.__qualname__, None) is cls
 
 
 def describe_failure(
