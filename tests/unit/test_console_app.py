@@ -31,6 +31,15 @@ async def _steps(run: agentruns.AgentRun) -> AsyncIterator[StepEvent]:
 
 
 KIND = agentruns.RunKind(agentruns.RunKindPolicy(name="summarise"), _steps)
+PROVIDER_KEY = "sk-proj-ABCDEFGHIJKLMNOPQRST"
+
+
+async def _calls(run: agentruns.AgentRun) -> AsyncIterator[StepEvent]:
+    yield StepEvent("called", {"api_key": PROVIDER_KEY, "model": "m1", "max_tokens": 512})
+    raise agentruns.FallbackChainExhausted([agentruns.ProviderError("down", status=401)])
+
+
+CALLS = agentruns.RunKind(agentruns.RunKindPolicy(name="calls"), _calls)
 DAILY = agentruns.Schedule(
     "nightly", kind="summarise", every=timedelta(hours=1), workspace="acme", subject="n:{tick}"
 )
@@ -39,7 +48,7 @@ DAILY = agentruns.Schedule(
 @pytest.fixture
 async def client() -> AsyncIterator[AgentRunsClient]:
     clock = ManualClock(START)
-    kinds = agentruns.RunKinds([KIND], schedules=[DAILY])
+    kinds = agentruns.RunKinds([KIND, CALLS], schedules=[DAILY])
     async with agentruns.connect(kinds=kinds, family=MemoryFamily(clock), clock=clock) as made:
         await made.schedules.sync()
         for number in range(3):
@@ -47,7 +56,7 @@ async def client() -> AsyncIterator[AgentRunsClient]:
                 "summarise",
                 workspace="acme",
                 subject=f"doc:{number}",
-                payload={"secret": SECRET, "fail": number == 1},
+                payload={"notes": SECRET, "fail": number == 1},
             )
         await made.worker(holder="w1").claim_and_drive(limit=3)
         yield made
@@ -101,6 +110,29 @@ async def test_every_page_renders(client: AgentRunsClient) -> None:
     assert "not_retryable" in run_page
     assert 'data-epoch="1"' in run_page
     assert "more characters not shown" in run_page  # the 6,000-character note is cut
+
+
+async def test_a_run_page_redacts_its_event_and_payload_by_the_failures_rule(
+    client: AgentRunsClient,
+) -> None:
+    """An event's ``api_key`` showed in clear beside a failure whose message had lost the
+    payload's ``"chain"``: one rule now, by key name and by shape, and short values stay."""
+    run = await client.runs.enqueue(
+        "calls",
+        workspace="acme",
+        subject="calls:1",
+        payload={"fail": "chain", "openai_api_key": "k-short", "note": f"use {PROVIDER_KEY}"},
+    )
+    await client.worker(holder="w2").claim_and_drive(limit=1)
+    async with _http(create_console(client)) as http:
+        page = (await http.get(f"/runs/{run.id}")).text
+    assert PROVIDER_KEY not in page
+    assert "k-short" not in page
+    assert "[redacted]" in page
+    assert "max_tokens" in page
+    assert "512" in page
+    assert "fallback chain exhausted after 1 attempt(s)" in page
+    assert "chain" in page
 
 
 async def test_the_overview_shows_holders_quiet_leases_and_kinds_nobody_claims(

@@ -6,13 +6,11 @@ from agentruns.domain.errors import StepTimedOut
 from agentruns.domain.failure_records import (
     MAX_MESSAGE,
     MAX_TRACEBACK,
-    PAYLOAD,
-    REDACTED,
     describe_failure,
     error_type_name,
-    redact,
 )
 from agentruns.domain.failures import FailureClass, ProviderError
+from agentruns.domain.redaction import PAYLOAD, REDACTED, redact_text
 
 
 def _raised(error: BaseException) -> BaseException:
@@ -90,7 +88,7 @@ def test_credentials_are_redacted() -> None:
         "api_key=sk-proj-ABCDEFGHIJKLMNOPQRST password='hunter2' token: tkn123456 "
         "sk-ant-api03-ABCDEFGHIJKLMNOP"
     )
-    cleaned = redact(text)
+    cleaned = redact_text(text)
     for secret in ("s3cr3t", "abcdefghijklmnop", "ABCDEFGHIJKLMNOPQRST", "hunter2", "tkn123456"):
         assert secret not in cleaned
     assert "sk-ant-api03" not in cleaned

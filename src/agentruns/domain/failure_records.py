@@ -3,49 +3,28 @@ epoch it happened in, and a bounded traceback that echoes neither the payload no
 
 :func:`describe_failure` turns an exception into a :class:`FailureDetail`: pure string work (the
 standard library's ``traceback`` formats the frames; no locals are captured, so no variable's
-value reaches the text), then every string value of the run's payload and anything shaped like a
-credential is replaced, and each part is cut to its cap. The stores keep one
+value reaches the text), then redacted by the rule that every view shares
+(:mod:`agentruns.domain.redaction`: the payload's secrets and longer strings, anything keyed or
+shaped like a credential), and each part is cut to its cap. The stores keep one
 :class:`FailureRecord` per failed attempt for the run's life and the newest as the run's
 :class:`LastFailure`, so a list of runs can say why each failed without reading the records.
 """
 
 from __future__ import annotations
 
-import re
 import sys
 import traceback as tb
-from collections.abc import Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from uuid import UUID
 
 from agentruns.domain.failures import FailureClass
-from agentruns.domain.payload import JsonObject, JsonValue
+from agentruns.domain.payload import JsonObject
+from agentruns.domain.redaction import PayloadEchoes
 
 MAX_TYPE = 200
 MAX_MESSAGE = 1_000
 MAX_TRACEBACK = 8_000
-# Payload strings shorter than this are too common to find reliably (and to leak much).
-_MIN_ECHO = 4
-_MAX_ECHOES = 256
-
-PAYLOAD = "[payload]"
-REDACTED = "[redacted]"
-
-_SECRETS: tuple[tuple[re.Pattern[str], str], ...] = (
-    # scheme://user:password@host
-    (re.compile(r"(\b[a-zA-Z][a-zA-Z0-9+.-]*://[^/\s:@]+):[^@\s/]+@"), rf"\1:{REDACTED}@"),
-    (re.compile(r"(?i)\b(bearer|basic)\s+[A-Za-z0-9._~+/=-]{8,}"), rf"\1 {REDACTED}"),
-    (
-        re.compile(
-            r"(?i)\b(x-api-key|api[_-]?key|apikey|access[_-]?token|auth[_-]?token|token|secret|"
-            r"password|passwd|pwd|authorization)([\"']?\s*[:=]\s*[\"']?)([^\s\"',;&}]+)"
-        ),
-        rf"\1\2{REDACTED}",
-    ),
-    # Provider keys: sk-..., sk-ant-..., pk-..., rk-...
-    (re.compile(r"\b(?:sk|pk|rk)-[A-Za-z0-9_-]{16,}"), REDACTED),
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,43 +114,17 @@ def describe_failure(
     error: BaseException, failure_class: FailureClass, payload: JsonObject | None = None
 ) -> FailureDetail:
     """The storable detail of ``error``: its type, its message and its traceback (with its cause
-    chain), with ``payload``'s strings and credential-shaped text replaced, each part capped."""
-    echoes = _payload_strings(payload or {})
-    message = redact(" ".join(str(error).split()), echoes)
+    chain), redacted by the one rule of :mod:`agentruns.domain.redaction` (``payload``'s secrets
+    and content, anything shaped like a credential), each part capped."""
+    echoes = PayloadEchoes(payload)
+    message = echoes.redact(" ".join(str(error).split()))
     text = "".join(tb.format_exception(error))
     return FailureDetail(
         error_type=error_type_name(error),
         message=_cut(message, MAX_MESSAGE),
         failure_class=failure_class,
-        traceback=_cut_middle(redact(text, echoes), MAX_TRACEBACK),
+        traceback=_cut_middle(echoes.redact(text), MAX_TRACEBACK),
     )
-
-
-def redact(text: str, payload_strings: list[str] | None = None) -> str:
-    """``text`` without the given payload strings and without credential-shaped substrings."""
-    for echo in payload_strings or []:
-        text = text.replace(echo, PAYLOAD)
-    for pattern, replacement in _SECRETS:
-        text = pattern.sub(replacement, text)
-    return text
-
-
-def _payload_strings(payload: JsonObject) -> list[str]:
-    """The payload's string values worth finding, longest first (so a longer value is replaced
-    before a shorter one inside it)."""
-    found = {value for value in _strings(payload) if len(value) >= _MIN_ECHO}
-    return sorted(found, key=len, reverse=True)[:_MAX_ECHOES]
-
-
-def _strings(value: JsonValue) -> Iterator[str]:
-    if isinstance(value, str):
-        yield value
-    elif isinstance(value, dict):
-        for item in value.values():
-            yield from _strings(item)
-    elif isinstance(value, list):
-        for item in value:
-            yield from _strings(item)
 
 
 def _cut(text: str, limit: int) -> str:

@@ -14,8 +14,15 @@ from agentruns.app.ports import RunEvent
 from agentruns.app.stats import RunStatus
 from agentruns.domain.bands import Band
 from agentruns.domain.failure_records import FailureRecord
+from agentruns.domain.redaction import redact_json
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
+
+
+def _row(table: Table, *cells: str | Text) -> None:
+    """One row of plain text: a cell is data (a subject, a message, ``[redacted]``), never Rich
+    markup, which would swallow anything in brackets."""
+    table.add_row(*(Text(cell) if isinstance(cell, str) else cell for cell in cells))
 
 
 def duration(value: timedelta | None) -> str:
@@ -37,8 +44,10 @@ def status(report: RunStatus, orphan_after: timedelta) -> RenderableType:
     for state in AgentRunState:
         by_band.add_column(str(state), justify="right")
     for band in Band:
-        by_band.add_row(
-            band.name.lower(), *(str(report.total(state, band=band)) for state in AgentRunState)
+        _row(
+            by_band,
+            band.name.lower(),
+            *(str(report.total(state, band=band)) for state in AgentRunState),
         )
 
     holds = {hold.workspace: hold for hold in report.holds}
@@ -55,7 +64,8 @@ def status(report: RunStatus, orphan_after: timedelta) -> RenderableType:
             offered = Text(f"budget held until {hold.until:%Y-%m-%d %H:%M:%S}", style="yellow")
         else:
             offered = Text("yes")
-        by_workspace.add_row(
+        _row(
+            by_workspace,
             workspace,
             *(str(report.total(state, workspace=workspace)) for state in AgentRunState),
             offered,
@@ -66,14 +76,15 @@ def status(report: RunStatus, orphan_after: timedelta) -> RenderableType:
     by_reason.add_column("runs", justify="right")
     by_reason.add_column("")
     for reason, count in sorted(report.reasons().items()):
-        by_reason.add_row(str(reason), str(count), "dead-letter" if reason.is_dead_letter else "")
+        _row(by_reason, str(reason), str(count), "dead-letter" if reason.is_dead_letter else "")
 
     facts = Table(show_header=False, box=None)
     facts.add_column("fact")
     facts.add_column("value")
-    facts.add_row("expired leases (waiting for the reaper)", str(report.expired_leases))
+    _row(facts, "expired leases (waiting for the reaper)", str(report.expired_leases))
     orphaned = report.orphaned(orphan_after)
-    facts.add_row(
+    _row(
+        facts,
         f"orphaned leases (expired over {duration(orphan_after)} ago)",
         Text(
             ", ".join(
@@ -84,8 +95,9 @@ def status(report: RunStatus, orphan_after: timedelta) -> RenderableType:
             style="yellow" if orphaned else "",
         ),
     )
-    facts.add_row("oldest due run has waited", duration(report.oldest_due_age))
-    facts.add_row(
+    _row(facts, "oldest due run has waited", duration(report.oldest_due_age))
+    _row(
+        facts,
         "budget holds",
         ", ".join(
             f"{hold.workspace} until {hold.until:%Y-%m-%d %H:%M:%S}"
@@ -155,9 +167,9 @@ def run(shown: AgentRun, events: list[RunEvent], failures: list[FailureRecord]) 
         ("ended at", shown.ended_at.isoformat() if shown.ended_at else "-"),
         ("continues", str(shown.continues or "-")),
         ("last failure", _last_failure(shown)),
-        ("payload", json.dumps(shown.payload)),
+        ("payload", json.dumps(redact_json(shown.payload))),
     ):
-        fields.add_row(name, value)
+        _row(fields, name, value)
 
     epochs = Table(title="Epochs (one per claim)", title_justify="left")
     epochs.add_column("epoch", justify="right")
@@ -166,7 +178,8 @@ def run(shown: AgentRun, events: list[RunEvent], failures: list[FailureRecord]) 
     epochs.add_column("last event")
     for epoch in range(1, shown.epoch + 1):
         mine = [event for event in events if event.epoch == epoch]
-        epochs.add_row(
+        _row(
+            epochs,
             str(epoch),
             str(len(mine)),
             mine[0].created_at.isoformat() if mine else "-",
@@ -180,11 +193,12 @@ def run(shown: AgentRun, events: list[RunEvent], failures: list[FailureRecord]) 
     listed.add_column("data")
     listed.add_column("at")
     for event in events:
-        listed.add_row(
+        _row(
+            listed,
             str(event.seq),
             str(event.epoch),
             event.type,
-            json.dumps(event.data),
+            json.dumps(redact_json(event.data)),
             event.created_at.isoformat(),
         )
     parts: list[RenderableType] = [fields, epochs, listed]
@@ -195,7 +209,8 @@ def run(shown: AgentRun, events: list[RunEvent], failures: list[FailureRecord]) 
                 column, justify="right" if column in ("#", "epoch", "attempt") else "left"
             )
         for number, failure in enumerate(failures, start=1):
-            failed.add_row(
+            _row(
+                failed,
                 str(number),
                 str(failure.epoch),
                 str(failure.attempt),
@@ -228,7 +243,7 @@ def run_fields(
                 "seq": event.seq,
                 "epoch": event.epoch,
                 "type": event.type,
-                "data": event.data,
+                "data": redact_json(event.data),
                 "at": event.created_at.isoformat(),
             }
             for event in events
@@ -281,7 +296,7 @@ def run_summary(shown: AgentRun) -> dict[str, object]:
             "message": failure.message,
             "failure_class": str(failure.failure_class),
         },
-        "payload": shown.payload,
+        "payload": redact_json(shown.payload),
     }
 
 
@@ -295,7 +310,8 @@ def run_list(runs: list[AgentRun]) -> RenderableType:
     listed.add_column("last failure")
     for shown in runs:
         state = str(shown.state) if shown.end_reason is None else f"ended: {shown.end_reason}"
-        listed.add_row(
+        _row(
+            listed,
             str(shown.id),
             shown.kind,
             shown.workspace,

@@ -3,7 +3,8 @@
 - :func:`minute_chart`: the overview's per-minute chart as an SVG drawn on the server;
 - :func:`epoch_timeline`: a run's epochs (claimed, failed or lost, taken back, requeued with
   backoff, ended) from the run, its events and its failure records;
-- :func:`capped_json`: a payload as pretty JSON, cut at a size;
+- :func:`capped_json`: a payload or an event's data as pretty JSON, redacted (the rule of
+  :mod:`agentruns.domain.redaction`, which the failure records follow too) and cut at a size;
 - :func:`sorted_loads`: the workspaces page's order.
 """
 
@@ -19,6 +20,8 @@ from typing import Any
 from agentruns.app.overview import LOST_LEASE_CLASS, MinuteCounts, WorkspaceLoad, WorkspaceLoads
 from agentruns.app.ports import RunEvent
 from agentruns.domain.failure_records import FailureRecord
+from agentruns.domain.payload import JsonValue
+from agentruns.domain.redaction import redact_json
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
 
@@ -59,9 +62,10 @@ class CappedJson:
     cut: int  # characters left out (0: the whole payload is shown)
 
 
-def capped_json(value: object, cap: int = JSON_CAP) -> CappedJson:
-    """``value`` as indented JSON, at most ``cap`` characters of it."""
-    text = json.dumps(value, indent=2, ensure_ascii=False, sort_keys=True)
+def capped_json(value: JsonValue, cap: int = JSON_CAP) -> CappedJson:
+    """``value`` as indented JSON, secret-keyed and credential-shaped values redacted, at most
+    ``cap`` characters of it."""
+    text = json.dumps(redact_json(value), indent=2, ensure_ascii=False, sort_keys=True)
     if len(text) <= cap:
         return CappedJson(text, 0)
     return CappedJson(text[:cap], len(text) - cap)
