@@ -1,5 +1,6 @@
 """The kinds the browser tier's worker runs: short steps that drain, a dead letter, a flaky run
-that succeeds on its second attempt, and a long run that renews its lease every half second."""
+that succeeds on its second attempt, a run whose event carries a provider key, and a long run
+that renews its lease every half second."""
 
 from __future__ import annotations
 
@@ -30,6 +31,14 @@ async def flaky(run: agentruns.AgentRun) -> AsyncIterator[agentruns.StepEvent]:
     yield agentruns.StepEvent("answered", {"words": 42})
 
 
+PROVIDER_KEY = "sk-proj-BROWSERTIER0123456789"
+
+
+async def keyed(run: agentruns.AgentRun) -> AsyncIterator[agentruns.StepEvent]:
+    """A step whose event carries the provider key it called with (a habit of hosts)."""
+    yield agentruns.StepEvent("called the model", {"model": "m-1", "api_key": PROVIDER_KEY})
+
+
 async def long(run: agentruns.AgentRun) -> AsyncIterator[agentruns.StepEvent]:
     for index in range(240):
         await asyncio.sleep(0.5)
@@ -46,11 +55,17 @@ KINDS = agentruns.RunKinds(
         agentruns.RunKind(_policy("drain"), drain),
         agentruns.RunKind(_policy("dead"), dead),
         agentruns.RunKind(_policy("flaky"), flaky),
+        agentruns.RunKind(_policy("keyed"), keyed),
         agentruns.RunKind(_policy("long", lease=timedelta(seconds=20)), long),
     ],
     schedules=[
         agentruns.Schedule(
-            "hourly-digest", kind="drain", cron="0 * * * *", workspace="acme", subject="d:{tick}"
+            "hourly-digest",
+            kind="drain",
+            cron="0 * * * *",
+            timezone="Europe/Paris",
+            workspace="acme",
+            subject="d:{tick}",
         )
     ],
 )

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -22,6 +23,7 @@ from tests.browser.conftest import (
     environment,
     start,
 )
+from tests.browser.kinds import PROVIDER_KEY
 
 T = TypeVar("T")
 
@@ -139,6 +141,31 @@ async def test_a_run_page_shows_its_epochs_and_events_in_order(
     shot(browser, artifacts, "run")
 
 
+async def test_a_run_page_redacts_its_event_and_labels_every_time_with_its_zone(
+    stack: Stack,
+    client: agentruns.AgentRunsClient,
+    browser: webdriver.Chrome,
+    artifacts: Path,
+) -> None:
+    run = await client.runs.enqueue(
+        "keyed", workspace="acme", subject="pr:8", payload={"password": "hunter22", "lang": "en"}
+    )
+    await settle(client)
+    browser.get(f"{stack.url}/runs/{run.id}")
+    browser.execute_script(
+        "document.querySelectorAll('#events details').forEach(d => d.open = true)"
+    )
+    page = text(browser, "main")
+    assert PROVIDER_KEY not in page
+    assert "hunter22" not in page
+    assert '"api_key": "[redacted]"' in page
+    assert '"model": "m-1"' in page
+    times = re.findall(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d( UTC)?", page)
+    assert times
+    assert all(times), "every time on the page says its zone"
+    shot(browser, artifacts, "run-redacted")
+
+
 async def test_cancelling_a_leased_run_from_the_page_fences_its_holder_out(
     stack: Stack,
     client: agentruns.AgentRunsClient,
@@ -242,6 +269,7 @@ async def test_every_page_is_captured(
     assert "budget held until" in text(browser, "#workspaces")
     browser.get(stack.url + "/schedules")
     assert "hourly-digest" in text(browser, "#schedules")
+    assert "Europe/Paris (+0" in text(browser, 'tr[data-schedule="hourly-digest"]')
 
 
 def test_on_a_network_address_only_a_client_with_the_credential_sees_data(

@@ -43,12 +43,20 @@ CALLS = agentruns.RunKind(agentruns.RunKindPolicy(name="calls"), _calls)
 DAILY = agentruns.Schedule(
     "nightly", kind="summarise", every=timedelta(hours=1), workspace="acme", subject="n:{tick}"
 )
+PARIS = agentruns.Schedule(
+    "paris-digest",
+    kind="summarise",
+    cron="0 7 * * *",
+    timezone="Europe/Paris",
+    workspace="acme",
+    subject="d:{date}",
+)
 
 
 @pytest.fixture
 async def client() -> AsyncIterator[AgentRunsClient]:
     clock = ManualClock(START)
-    kinds = agentruns.RunKinds([KIND, CALLS], schedules=[DAILY])
+    kinds = agentruns.RunKinds([KIND, CALLS], schedules=[DAILY, PARIS])
     async with agentruns.connect(kinds=kinds, family=MemoryFamily(clock), clock=clock) as made:
         await made.schedules.sync()
         for number in range(3):
@@ -133,6 +141,28 @@ async def test_a_run_page_redacts_its_event_and_payload_by_the_failures_rule(
     assert "512" in page
     assert "fallback chain exhausted after 1 attempt(s)" in page
     assert "chain" in page
+
+
+TIME = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?![^<]*(?:UTC|Europe/Paris))")
+
+
+async def test_every_time_says_its_zone_and_a_schedule_ticks_in_its_own(
+    client: AgentRunsClient,
+) -> None:
+    """``cron 0 7 * * * (Europe/Paris)`` showed its next tick as 06:00:00 without a zone."""
+    dead = await _dead(client)
+    async with _http(create_console(client)) as http:
+        schedules = (await http.get("/schedules")).text
+        pages = [schedules]
+        for path in ("/", "/runs", f"/runs/{dead.id}", "/workspaces", "/sandboxes"):
+            pages.append((await http.get(path)).text)
+    paris = schedules.split('data-schedule="paris-digest"')[1].split("</tr>")[0]
+    assert "2026-03-02 07:00:00 Europe/Paris (+01:00)" in paris  # 06:00 UTC
+    hourly = schedules.split('data-schedule="nightly"')[1].split("</tr>")[0]
+    assert "2026-03-01 13:00:00 UTC" in hourly
+    for page in pages:
+        assert TIME.findall(page) == []  # no time without its zone
+    assert "2026-03-01 12:00:00 UTC" in pages[3]
 
 
 async def test_the_overview_shows_holders_quiet_leases_and_kinds_nobody_claims(

@@ -127,6 +127,7 @@ _ENVIRONMENT = Environment(
 _ENVIRONMENT.filters.update(
     duration=views.duration,
     moment=views.moment,
+    tick_moment=views.tick_moment,
     band=lambda band: Band(band).name.lower(),
     pct=lambda value: f"{value:.0%}",
 )

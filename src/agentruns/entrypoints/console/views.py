@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from html import escape
 from typing import Any
 
@@ -23,7 +23,9 @@ from agentruns.domain.failure_records import FailureRecord
 from agentruns.domain.payload import JsonValue
 from agentruns.domain.redaction import redact_json
 from agentruns.domain.run import AgentRun
+from agentruns.domain.schedule import Schedule
 from agentruns.domain.states import AgentRunState
+from agentruns.domain.timing import zone
 
 JSON_CAP = 4_000  # characters of pretty JSON shown for one payload before it is cut
 
@@ -52,8 +54,25 @@ def duration(value: timedelta | None) -> str:
     return f"{sign}{seconds / 86400:.1f}d"
 
 
-def moment(value: datetime | None) -> str:
-    return "-" if value is None else value.strftime("%Y-%m-%d %H:%M:%S")
+def moment(value: datetime | None, timezone: str | None = None) -> str:
+    """A time that says its zone: ``2026-12-02 06:00:00 UTC``, or with ``timezone`` (a
+    schedule's own) the time there and its offset, ``2026-12-02 07:00:00 Europe/Paris (+01:00)``.
+    Every time the console shows goes through here, so none is shown without its zone."""
+    if value is None:
+        return "-"
+    if timezone is None or timezone == "UTC":
+        return f"{value.astimezone(UTC):%Y-%m-%d %H:%M:%S} UTC"
+    local = value.astimezone(zone(timezone))
+    offset = local.utcoffset() or timedelta()
+    minutes = int(offset.total_seconds()) // 60
+    sign = "-" if minutes < 0 else "+"
+    hours, rest = divmod(abs(minutes), 60)
+    return f"{local:%Y-%m-%d %H:%M:%S} {timezone} ({sign}{hours:02d}:{rest:02d})"
+
+
+def tick_moment(value: datetime | None, schedule: Schedule) -> str:
+    """A schedule's tick in the zone its cron is read in (an interval's is UTC)."""
+    return moment(value, schedule.timezone if schedule.cron is not None else None)
 
 
 @dataclass(frozen=True, slots=True)
@@ -102,9 +121,9 @@ def minute_chart(minutes: Sequence[MinuteCounts], *, width: int = 720, height: i
     if minutes:
         first, last = minutes[0].minute, minutes[-1].minute
         parts.append(
-            f'<text x="{left}" y="{height - 20}" class="tick">{first:%H:%M}</text>'
+            f'<text x="{left}" y="{height - 20}" class="tick">{first.astimezone(UTC):%H:%M}</text>'
             f'<text x="{left + plot_w}" y="{height - 20}" class="tick" '
-            f'text-anchor="end">{last:%H:%M}</text>'
+            f'text-anchor="end">{last.astimezone(UTC):%H:%M} UTC</text>'
         )
     for name, (label, colour) in SERIES_STYLE.items():
         points = " ".join(
