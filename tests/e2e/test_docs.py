@@ -216,3 +216,29 @@ def test_the_quickstart_is_short_and_starts_from_nothing() -> None:
     assert len(quickstart.text.splitlines()) <= 21
     assert "asyncio.run(main())" in quickstart.text
     assert "agentruns.connect(kinds=" in quickstart.text  # no URL: the embedded server
+
+
+def test_the_readme_pytest_configuration_is_clean(tmp_path: Path) -> None:
+    """The README's ``pyproject.toml`` for the kit gives pytest-asyncio everything it asks for:
+    its two-line form left the fixture loop scope unset, a deprecation warning on every run
+    (printed at configure time, so the session's ``4 passed`` line did not show it)."""
+    [config] = [block for block in blocks_of(REPO / "README.md") if block.file == "pyproject.toml"]
+    (tmp_path / "pyproject.toml").write_text(config.text, encoding="utf-8")
+    (tmp_path / "tests").mkdir()
+    (tmp_path / "tests" / "test_kit.py").write_text(
+        "from agentruns.testing import HarnessFactory\n\n\n"
+        "async def test_a_harness(agentruns_harness: HarnessFactory) -> None:\n"
+        "    assert agentruns_harness() is not None\n",
+        encoding="utf-8",
+    )
+    env = {key: value for key, value in os.environ.items() if not key.startswith("PYTEST")}
+    done = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-k", "memory"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "Warning" not in done.stdout + done.stderr, done.stdout + done.stderr

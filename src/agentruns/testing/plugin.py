@@ -20,7 +20,9 @@ Fixtures, each named ``agentruns_*``:
     ``AGENTRUNS_TEST_DATABASE_URL`` names, else an embedded one, started on first use.
 
 Async fixtures and tests need pytest-asyncio (the ``testing`` extra) with
-``asyncio_mode = "auto"`` in the host's pytest configuration. Importing this module imports
+``asyncio_mode = "auto"`` and ``asyncio_default_fixture_loop_scope = "function"`` (the loop
+scope of the kit's fixtures; unset, pytest-asyncio warns) in the host's pytest configuration.
+Importing this module imports
 nothing of agentruns but what a fixture in use needs.
 """
 
