@@ -389,7 +389,11 @@ def test_without_a_url_the_cli_starts_an_embedded_postgresql_and_says_where(
     env: dict[str, str | None] = {"AGENTRUNS_DATABASE_URL": None}
     upgraded = runner.invoke(app, ["db", "upgrade", "--data-dir", str(data)], env=env)
     assert upgraded.exit_code == 0, upgraded.output
-    assert f"using the embedded PostgreSQL in {data}" in upgraded.stderr
+    assert f"using the embedded PostgreSQL in {data}" in upgraded.stderr  # it created it
     current = runner.invoke(app, ["db", "current", "--data-dir", str(data)], env=env)
     assert current.exit_code == 0, current.output
     assert "(newest)" in current.stdout
+    assert "AGENTRUNS_DATABASE_URL is not set" not in current.stderr  # not on every command
+    told = runner.invoke(app, ["-v", "db", "current", "--data-dir", str(data)], env=env)
+    assert told.exit_code == 0, told.output
+    assert f"using the embedded PostgreSQL in {data}" in told.stderr

@@ -3,6 +3,9 @@ embedded server when no URL is given."""
 
 from __future__ import annotations
 
+import socket
+import struct
+import threading
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -94,3 +97,70 @@ async def test_without_a_url_the_embedded_server_is_started_migrated_and_let_go(
     assert (data / "PG_VERSION").is_file()
     with pytest.raises(psycopg.OperationalError):
         psycopg.connect(url, connect_timeout=3).close()
+
+
+async def test_a_refused_connection_does_not_suggest_migrating() -> None:
+    """``(or connect with migrate=True)`` was added to every refusal, a closed port's too."""
+    with pytest.raises(agentruns.StoreUnavailable) as refused:
+        await agentruns.connect("postgresql://nobody@127.0.0.1:9/nothing")
+    assert "migrate=True" not in str(refused.value)
+
+
+async def test_a_schema_that_is_not_migrated_suggests_both_ways_to_migrate(empty_url: str) -> None:
+    with pytest.raises(agentruns.StoreUnavailable) as refused:
+        await agentruns.connect(empty_url, kinds=[NOTE])
+    assert str(refused.value) == (
+        "the database has no agentruns schema yet: "
+        "run `agentruns db upgrade` (or connect with migrate=True)"
+    )
+
+
+def _refusing_server(sqlstate: str, message: str) -> tuple[socket.socket, threading.Thread]:
+    """A server that speaks just enough of PostgreSQL's protocol to refuse a login: it declines
+    SSL and GSS encryption, reads the startup message and answers a FATAL ErrorResponse."""
+    listener = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            while True:
+                size = struct.unpack("!I", connection.recv(4, socket.MSG_WAITALL))[0]
+                body = connection.recv(size - 4, socket.MSG_WAITALL)
+                if size == 8 and struct.unpack("!I", body)[0] in (80877103, 80877104):
+                    connection.sendall(b"N")  # no SSL, no GSS: the startup follows in clear
+                    continue
+                fields = (
+                    b"".join(
+                        code + text.encode() + b"\0"
+                        for code, text in (
+                            (b"S", "FATAL"),
+                            (b"V", "FATAL"),
+                            (b"C", sqlstate),
+                            (b"M", message),
+                        )
+                    )
+                    + b"\0"
+                )
+                connection.sendall(b"E" + struct.pack("!I", len(fields) + 4) + fields)
+                return
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    return listener, thread
+
+
+async def test_a_bad_password_is_a_refusal_not_an_unreachable_server() -> None:
+    listener, thread = _refusing_server("28P01", 'password authentication failed for user "app"')
+    port = listener.getsockname()[1]
+    try:
+        with pytest.raises(agentruns.StoreUnavailable) as refused:
+            await agentruns.connect(f"postgresql://app:wrong@127.0.0.1:{port}/app")
+    finally:
+        thread.join(timeout=10)
+        listener.close()
+    text = str(refused.value)
+    assert text.startswith(f"PostgreSQL at 127.0.0.1:{port}/app refused the connection: ")
+    assert 'password authentication failed for user "app"' in text
+    assert "cannot reach" not in text
+    assert "migrate=True" not in text
+    assert "wrong" not in text

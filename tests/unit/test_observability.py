@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import io
 import json
 import logging
@@ -210,6 +211,42 @@ async def test_a_failed_step_logs_its_error_type_and_traceback() -> None:
     assert failed["failure_class"] == "unknown"
     assert "in broken" in failed["traceback"]
     assert failed["traceback"].rstrip().endswith("KeyError: 'missing-field'")
+
+
+async def test_a_stopped_worker_says_at_once_that_it_drains_and_how_many_runs_it_waits_for() -> (
+    None
+):
+    """Before, a SIGTERM showed nothing until "worker stopped", up to the whole grace later."""
+    stream = io.StringIO()
+    configure_logging(format="json", stream=stream)
+    release, both_started = asyncio.Event(), asyncio.Event()
+    started: list[str] = []
+
+    async def slow(run: AgentRun) -> AsyncIterator[StepEvent]:
+        started.append(run.subject)
+        if len(started) == 2:
+            both_started.set()
+        await release.wait()
+        yield StepEvent("done")
+
+    test = harness(RunKind(RunKindPolicy(name="slow"), slow))
+    for subject in ("a", "b"):
+        await test.runs.enqueue("slow", workspace="acme", subject=subject)
+    stop = asyncio.Event()
+    running = asyncio.create_task(test.worker.run(stop, grace=30.0))
+    await asyncio.wait_for(both_started.wait(), timeout=10)
+    stop.set()
+    for _ in range(100):
+        if "worker draining" in stream.getvalue():
+            break
+        await asyncio.sleep(0.01)
+    [line] = [json.loads(line) for line in stream.getvalue().splitlines() if "draining" in line]
+    assert not running.done()  # said while the runs still run
+    assert line["in_flight"] == 2
+    assert line["grace_seconds"] == 30.0
+    assert "waiting up to 30s for 2 run(s) in flight" in line["msg"]
+    release.set()
+    await running
 
 
 def _get(port: int, path: str) -> tuple[int, str]:

@@ -366,6 +366,14 @@ class Worker:
             if claimed and len(running) < self._concurrency:
                 continue
             await self._idle(stop, running, any_end=drain)
+        if stop.is_set():
+            # Said at the signal, not only at the end: a stop can take the whole grace.
+            log.info(
+                "worker draining: no longer claiming, waiting up to %gs for %d run(s) in flight",
+                grace,
+                len(running),
+                extra={"holder": self.holder, "in_flight": len(running), "grace_seconds": grace},
+            )
         if running:
             _, pending = await asyncio.wait(running, timeout=grace)
             for task in pending:

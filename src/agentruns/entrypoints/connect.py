@@ -266,10 +266,9 @@ class Connecting:
 
 
 def _check_schema(url: str, options: ConnectionOptions) -> None:
-    try:
-        composition.check_database(url, options)
-    except StoreUnavailable as refused:
-        raise StoreUnavailable(f"{refused} (or connect with migrate=True)") from None
+    composition.check_database(
+        url, options, upgrade="run `agentruns db upgrade` (or connect with migrate=True)"
+    )
 
 
 def connect(

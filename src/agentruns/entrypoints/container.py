@@ -427,16 +427,21 @@ def database_revision(url: str, options: ConnectionOptions | None = None) -> tup
     return admin.schema_revision(url, options)
 
 
-def check_database(url: str, options: ConnectionOptions | None = None) -> None:
-    """Raise a one-line :class:`StoreUnavailable` unless ``url`` answers with a migrated schema."""
+def check_database(
+    url: str,
+    options: ConnectionOptions | None = None,
+    *,
+    upgrade: str = "run `agentruns db upgrade`",
+) -> None:
+    """Raise a one-line :class:`StoreUnavailable` unless ``url`` answers with a migrated schema;
+    ``upgrade`` is what the line suggests for a schema that is missing or behind (a server that
+    does not answer, or refuses the role, gets no such hint: migrating would not help)."""
     current, head = database_revision(url, options)
     if current is None:
-        raise StoreUnavailable(
-            "the database has no agentruns schema yet: run `agentruns db upgrade`"
-        )
+        raise StoreUnavailable(f"the database has no agentruns schema yet: {upgrade}")
     if current != head:
         raise StoreUnavailable(
-            f"the database schema is at revision {current}, not {head}: run `agentruns db upgrade`"
+            f"the database schema is at revision {current}, not {head}: {upgrade}"
         )
 
 

@@ -81,6 +81,30 @@ def _shown(url: str) -> str:
     return f"{host}:{parsed.port or 5432}/{parsed.database or ''}"
 
 
+# What the server answers when it was reached and refused the connection: the role's
+# credentials (28P01, 28000: a wrong password, no pg_hba.conf entry), the database or role that
+# does not exist (3D000, 28000), CONNECT not granted (42501). libpq gives a connection error no
+# SQLSTATE, so the server's words are read too (they are English unless lc_messages says not).
+_REFUSALS = ("28P01", "28000", "3D000", "42501")
+_REFUSED_WORDS = (
+    "password authentication failed",
+    "authentication failed",
+    "no password supplied",
+    "pg_hba.conf",
+    "does not exist",
+    "permission denied for database",
+)
+
+
+def _unavailable(url: str, exc: psycopg.Error) -> StoreUnavailable:
+    """A failed connection as one line: a server that was reached and refused the role (a bad
+    password is not "cannot reach"), else one that could not be reached."""
+    detail = " ".join(str(exc).split()) or type(exc).__name__
+    if exc.sqlstate in _REFUSALS or any(words in detail for words in _REFUSED_WORDS):
+        return StoreUnavailable(f"PostgreSQL at {_shown(url)} refused the connection: {detail}")
+    return StoreUnavailable(f"cannot reach PostgreSQL at {_shown(url)}: {detail}")
+
+
 def connect(
     url: str, options: ConnectionOptions | None = None
 ) -> psycopg.Connection[tuple[object, ...]]:
@@ -93,8 +117,7 @@ def connect(
             libpq, autocommit=True, connect_timeout=5, application_name=_named(options)
         )
     except psycopg.Error as exc:
-        detail = " ".join(str(exc).split()) or type(exc).__name__
-        raise StoreUnavailable(f"cannot reach PostgreSQL at {_shown(url)}: {detail}") from exc
+        raise _unavailable(url, exc) from exc
 
 
 def ping(url: str, timeout: int = 3, options: ConnectionOptions | None = None) -> None:
@@ -107,8 +130,7 @@ def ping(url: str, timeout: int = 3, options: ConnectionOptions | None = None) -
         ) as connection:
             connection.execute("SELECT 1", prepare=False)
     except psycopg.Error as exc:
-        detail = " ".join(str(exc).split()) or type(exc).__name__
-        raise StoreUnavailable(f"cannot reach PostgreSQL at {_shown(url)}: {detail}") from exc
+        raise _unavailable(url, exc) from exc
 
 
 def head_revision() -> str:

@@ -19,6 +19,7 @@ from rich.console import Console
 from typer.core import TyperGroup
 
 import agentruns
+from agentruns.entrypoints.cli.support import VERBOSE
 from agentruns.entrypoints.logs import LogFormat, configure_logging
 
 _err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
@@ -128,7 +129,16 @@ def _root(
             "--version", is_eager=True, callback=_show_version, help="Print the version and exit."
         ),
     ] = False,
+    verbose: Annotated[
+        bool,
+        typer.Option(
+            "--verbose",
+            "-v",
+            help="Say which database a command uses when AGENTRUNS_DATABASE_URL is not set.",
+        ),
+    ] = False,
 ) -> None:
+    VERBOSE.set(verbose)
     if log_format not in ("json", "kv"):
         raise typer.BadParameter("choose json or kv", param_hint="--log-format")
     chosen: LogFormat = "json" if log_format == "json" else "kv"

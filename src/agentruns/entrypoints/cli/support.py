@@ -11,6 +11,7 @@ import signal
 import sys
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
+from contextvars import ContextVar
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import NoReturn, TypeVar
@@ -66,6 +67,10 @@ def _one_line(exc: BaseException) -> str:
     return text or type(exc).__name__
 
 
+# The root command's -v, for the command it runs (set once per invocation, before the command).
+VERBOSE: ContextVar[bool] = ContextVar("agentruns_cli_verbose", default=False)
+
+
 def settings() -> AgentRunsSettings:
     return AgentRunsSettings()
 
@@ -80,10 +85,15 @@ def database(
         yield _named(config, config.database_url, name)
         return
     folder = data_dir or DEFAULT_DATA_DIR
-    err.print(
-        f"agentruns: AGENTRUNS_DATABASE_URL is not set: using the embedded PostgreSQL in {folder}/",
-        markup=False,
-    )
+    # Said when it is news: the command that creates the server, or with -v. Every command of
+    # a script or a terminal session repeated it on stderr, where a real error has to stand out;
+    # `agentruns db url` says where the data is whenever it is asked.
+    if VERBOSE.get() or not (folder / "PG_VERSION").exists():
+        err.print(
+            f"agentruns: AGENTRUNS_DATABASE_URL is not set: using the embedded PostgreSQL in "
+            f"{folder}/",
+            markup=False,
+        )
     with composition.embedded_database(folder) as url:
         yield _named(config, url, name)
 
