@@ -349,6 +349,10 @@ def test_a_worker_process_runs_the_kinds_and_stops_gracefully_on_sigterm(
         metrics = _scrape(port)
         assert "agentruns_claims_total 3.0" in metrics
         assert 'agentruns_ends_total{kind="agent.review",reason="completed"} 3.0' in metrics
+        assert "agentruns_worker_runs_in_flight 0.0" in metrics
+        assert "agentruns_worker_free_slots 2.0" in metrics  # --concurrency 2, all free
+        assert "process_resident_memory_bytes" in metrics
+        assert "_created" not in metrics
     finally:
         worker.send_signal(signal.SIGTERM)
         worker.wait(timeout=60)
@@ -357,6 +361,7 @@ def test_a_worker_process_runs_the_kinds_and_stops_gracefully_on_sigterm(
     text = log.read_text()
     assert '"msg": "worker stopped"' in text
     assert '"completed": 3' in text
+    assert '"in_flight": 0' in text.split('"worker draining')[1]  # said at the signal
 
 
 def test_a_reaper_process_takes_back_an_abandoned_lease(postgres_url: str, tmp_path: Path) -> None:

@@ -249,6 +249,58 @@ async def test_a_stopped_worker_says_at_once_that_it_drains_and_how_many_runs_it
     await running
 
 
+def test_the_process_and_python_collectors_are_served_and_no_created_series_unless_asked() -> None:
+    metrics = PrometheusMetrics()
+    metrics.claimed([], 0.01)
+    metrics.requeued("chat")
+    plain, asked = serve(metrics, 0), serve(metrics, 0, created=True)
+    try:
+        _, body = _get(plain.port, "/metrics")
+        _, with_created = _get(asked.port, "/metrics")
+    finally:
+        plain.close()
+        asked.close()
+    for series in ("process_cpu_seconds_total", "process_resident_memory_bytes", "python_info"):
+        assert series in body, series
+    assert "python_gc_objects_collected_total" in body
+    assert "agentruns_requeues_total" in body
+    assert "_created" not in body
+    assert "agentruns_requeues_created" in with_created
+    assert "agentruns_claim_seconds_created" in with_created
+
+
+async def test_a_worker_exports_its_runs_in_flight_and_its_free_slots() -> None:
+    metrics = PrometheusMetrics()
+    metrics.worker_slots(8)
+    release, both_started = asyncio.Event(), asyncio.Event()
+    started: list[str] = []
+
+    async def slow(run: AgentRun) -> AsyncIterator[StepEvent]:
+        started.append(run.subject)
+        if len(started) == 2:
+            both_started.set()
+        await release.wait()
+        yield StepEvent("done")
+
+    test = harness(RunKind(RunKindPolicy(name="slow"), slow))
+    test.container.metrics.override(providers.Object(metrics))
+    worker = test.container.worker(holder="w")
+    for subject in ("a", "b"):
+        await test.runs.enqueue("slow", workspace="acme", subject=subject)
+    registry = metrics.registry
+    assert _value(registry, "agentruns_worker_free_slots") == 8
+    stop = asyncio.Event()
+    running = asyncio.create_task(worker.run(stop, grace=30.0))
+    await asyncio.wait_for(both_started.wait(), timeout=10)
+    assert _value(registry, "agentruns_worker_runs_in_flight") == 2
+    assert _value(registry, "agentruns_worker_free_slots") == 6
+    release.set()
+    stop.set()
+    await running
+    assert _value(registry, "agentruns_worker_runs_in_flight") == 0
+    assert _value(registry, "agentruns_worker_free_slots") == 8
+
+
 def _get(port: int, path: str) -> tuple[int, str]:
     try:
         with urllib.request.urlopen(f"http://127.0.0.1:{port}{path}", timeout=10) as response:

@@ -1,18 +1,25 @@
 """Metrics for Prometheus, and the HTTP endpoint a process serves them on with its health.
 
 Counters, histograms (claim latency by band, queue wait by kind and band, step and run duration
-by kind) and a queue depth gauge. Labels are bounded: kinds the process registered, three bands,
-the run outcomes. Each instance registers its series in its own registry unless handed one, so
-tests and several containers in one process do not collide.
+by kind), a queue depth gauge, and the worker's runs in flight and free slots. Labels are bounded:
+kinds the process registered, three bands, the run outcomes. Each instance registers its series
+in its own registry unless handed one, so tests and several containers in one process do not
+collide; its own registry also carries prometheus_client's process and Python collectors
+(``process_*``: CPU, memory, open files; ``python_info``, ``python_gc_*``), which a registry
+handed in is assumed to have already (the default one does).
 
 :func:`serve` answers ``/metrics`` with the registry, ``/healthz`` with the process's health
-check (200 when it passes, 503 with the reason when it does not) and 404 anywhere else.
+check (200 when it passes, 503 with the reason when it does not) and 404 anywhere else. It leaves
+out the ``*_created`` series of counters and histograms (a timestamp per label set, which doubles
+the series a scrape stores for no question an operator asks) unless asked for: the filter is the
+endpoint's, so a host's own use of prometheus_client is left as it is
+(``disable_created_metrics()`` would switch them off for the whole process).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 from prometheus_client import (
@@ -20,9 +27,13 @@ from prometheus_client import (
     CollectorRegistry,
     Counter,
     Gauge,
+    GCCollector,
     Histogram,
+    PlatformCollector,
+    ProcessCollector,
     generate_latest,
 )
+from prometheus_client.metrics_core import Metric
 
 from agentruns.app.metrics import Metrics
 from agentruns.domain.bands import Band
@@ -43,8 +54,23 @@ def band_label(band: Band) -> str:
 
 
 class PrometheusMetrics(Metrics):
+    """The metrics port recorded in a prometheus_client registry (its own unless handed one)."""
+
     def __init__(self, registry: CollectorRegistry | None = None) -> None:
-        self.registry = registry or CollectorRegistry()
+        if registry is None:
+            registry = CollectorRegistry()
+            # What every Prometheus client exports by default, in this registry of its own.
+            ProcessCollector(registry=registry)
+            PlatformCollector(registry=registry)
+            GCCollector(registry=registry)
+        self.registry = registry
+        self._slots: int | None = None
+        self._flying = 0
+        self._in_flight = Gauge(
+            "agentruns_worker_runs_in_flight",
+            "Runs this process's worker is driving now: claimed, not yet come to an outcome",
+            registry=self.registry,
+        )
         self._claims = Counter("agentruns_claims", "Runs leased by claims", registry=self.registry)
         self._claim_seconds = Histogram(
             "agentruns_claim_seconds",
@@ -103,8 +129,27 @@ class PrometheusMetrics(Metrics):
             "agentruns_queue_depth", "Queued runs by band", ["band"], registry=self.registry
         )
 
+    def worker_slots(self, concurrency: int) -> None:
+        """Export ``agentruns_worker_free_slots``: the process runs a worker of ``concurrency``
+        slots (a reaper or a gateway has none, and exports no such gauge)."""
+        if self._slots is None:
+            Gauge(
+                "agentruns_worker_free_slots",
+                "Runs this process's worker could take on now: its concurrency less its runs in "
+                "flight",
+                registry=self.registry,
+            ).set_function(self._free_slots)
+        self._slots = concurrency
+
+    def _free_slots(self) -> float:
+        return float(max((self._slots or 0) - self._flying, 0))
+
     def claimed(self, runs: Sequence[AgentRun], seconds: float) -> None:
         self._claims.inc(len(runs))
+        # Each run claimed is driven once, to one finished(). Only the worker claims through
+        # this port (the gateway's sandboxes hold runs, not slots).
+        self._flying += len(runs)
+        self._in_flight.set(self._flying)
         bands = {run.band for run in runs}
         for band in sorted(bands):
             self._claim_seconds.labels(band_label(band)).observe(seconds)
@@ -125,6 +170,8 @@ class PrometheusMetrics(Metrics):
 
     def finished(self, kind: str, outcome: RunOutcome, seconds: float) -> None:
         self._run_seconds.labels(kind, str(outcome)).observe(seconds)
+        self._flying = max(self._flying - 1, 0)
+        self._in_flight.set(self._flying)
 
     def lease_lost(self, kind: str) -> None:
         self._leases_lost.labels(kind).inc()
@@ -169,16 +216,37 @@ class MetricsServer:
         self._thread.join(timeout=5)
 
 
+class _WithoutCreated:
+    """A registry's families without their ``*_created`` samples."""
+
+    _TYPES = ("counter", "histogram", "summary", "gaugehistogram")
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+
+    def collect(self) -> Iterator[Metric]:
+        for family in self._registry.collect():
+            if family.type in self._TYPES:
+                created = f"{family.name}_created"
+                family.samples = [sample for sample in family.samples if sample.name != created]
+            yield family
+
+
 def serve(
     metrics: PrometheusMetrics,
     port: int,
     addr: str = "127.0.0.1",
     health: HealthCheck = _healthy,
+    *,
+    created: bool = False,
 ) -> MetricsServer:
-    """Serve ``metrics`` and ``health`` at ``http://addr:port/`` from a daemon thread.
+    """Serve ``metrics`` and ``health`` at ``http://addr:port/`` from a daemon thread; with
+    ``created``, the ``*_created`` series too.
 
     Raises :class:`OSError` when the port cannot be bound (in use, or not allowed)."""
-    registry = metrics.registry
+    registry: CollectorRegistry | _WithoutCreated = (
+        metrics.registry if created else _WithoutCreated(metrics.registry)
+    )
 
     class Handler(BaseHTTPRequestHandler):
         def do_GET(self) -> None:

@@ -458,10 +458,15 @@ async def close(container: AgentRunsContainer) -> None:
 
 
 def serve_metrics(
-    container: AgentRunsContainer, port: int, host: str = "127.0.0.1"
+    container: AgentRunsContainer,
+    port: int,
+    host: str = "127.0.0.1",
+    *,
+    worker_slots: int | None = None,
 ) -> MetricsServer:
     """Expose the container's metrics (switched to the Prometheus backend) on ``host:port`` at
-    ``/metrics``, with ``/healthz`` checking its database (200 when it answers, 503 when not).
+    ``/metrics``, with ``/healthz`` checking its database (200 when it answers, 503 when not);
+    ``worker_slots``, the concurrency of the worker this process runs, for its free-slots gauge.
     Raises :class:`OSError` when the port cannot be bound."""
     from agentruns.adapters.prometheus import PrometheusMetrics, serve
 
@@ -469,11 +474,17 @@ def serve_metrics(
     metrics = container.metrics()
     if not isinstance(metrics, PrometheusMetrics):
         raise TypeError("only the Prometheus metrics backend can be served")
-    url = container.settings().database_url
+    if worker_slots is not None:
+        metrics.worker_slots(worker_slots)
+    settings = container.settings()
+    created = settings.metrics_created_series
+    url = settings.database_url
     if container.profile() == "postgres" and url:
         options = container.connections()
-        return serve(metrics, port, host, health=lambda: database_health(url, options))
-    return serve(metrics, port, host)
+        return serve(
+            metrics, port, host, health=lambda: database_health(url, options), created=created
+        )
+    return serve(metrics, port, host, created=created)
 
 
 def database_health(url: str, options: ConnectionOptions | None = None) -> None:

@@ -65,6 +65,11 @@ class AgentRunsSettings(BaseSettings):
         default="none",
         description="otel: spans to the OpenTelemetry tracer provider (the otel extra).",
     )
+    # `--metrics-port` leaves out counters' and histograms' *_created series (a timestamp per
+    # label set, as many series again) unless this asks for them.
+    metrics_created_series: bool = Field(
+        default=False, description="Serve the *_created series of counters and histograms."
+    )
     # Which long-running commands run the scheduler loop (every replica of them may: no
     # leader), at most how long a pass waits before it looks again, and how long claimed ticks
     # are kept for `agentruns schedules` (ADRs/0015).

@@ -217,11 +217,13 @@ MetricsHost = Annotated[
 ]
 
 
-def _with_metrics(built: AgentRunsContainer, port: int | None, host: str) -> None:
+def _with_metrics(
+    built: AgentRunsContainer, port: int | None, host: str, *, worker_slots: int | None = None
+) -> None:
     if port is None:
         return
     try:
-        composition.serve_metrics(built, port, host)
+        composition.serve_metrics(built, port, host, worker_slots=worker_slots)
     except OSError as exc:
         raise CliError(f"cannot serve metrics on {host}:{port}: {exc.strerror or exc}") from exc
 
@@ -267,7 +269,7 @@ def worker(
         named = holder or default_holder()
         with database(config, data_dir, database_name) as url:
             built = postgres_container(config, url, registry, process="worker", holder=named)
-            _with_metrics(built, metrics_port, metrics_host)
+            _with_metrics(built, metrics_port, metrics_host, worker_slots=config.worker_concurrency)
             asyncio.run(_work(built, named, drain))
 
     guarded(body)
