@@ -1,14 +1,22 @@
-"""Tracing with OpenTelemetry (the ``otel`` extra): the enqueue and each attempt of a run, in the
-enqueuer's trace.
+"""Tracing with OpenTelemetry (the ``otel`` extra): the enqueue and each attempt of a run, as
+the messaging semantic conventions describe a message sent and processed.
 
-An enqueue is a span (``agentruns.enqueue``, kind PRODUCER) in the caller's current context; its
-W3C trace context (``traceparent``, ``tracestate``) is stored with the run. Whichever process
-later claims the run makes the attempt's span (``agentruns.run``, kind CONSUMER) a child of that
-stored context, and under it a span for the claim (timed from the claim statement), one per step
-and one for the end, so a request that enqueued agent work shows the work in its own trace.
-While an attempt runs its span is the current one, so spans a host's steps make (an instrumented
-model SDK's) nest under it. A failure marks the span with the error's type, its redacted message
-and its bounded traceback (never the raw exception: its text may echo the payload).
+An enqueue is a ``send {kind}`` span (kind PRODUCER) in the caller's current context; its W3C
+context (``traceparent``, ``tracestate``) is stored with the run. Whichever process later claims
+the run makes each attempt a ``process {kind}`` span (kind CONSUMER) that *links* to that stored
+context (the message's creation context) and starts a trace of its own: an attempt may run
+hours after the request, and a run retried five times is five traces, each linked to the
+request, not five children of a request long finished (ADRs/0014, addendum). Under the attempt's
+span are a span for the claim (timed from the claim statement), one per step and one for the
+end. While an attempt runs its span is the current one, so spans a host's steps make (an
+instrumented model SDK's) nest under it. A failure marks the span with the error's type, its
+redacted message and its bounded traceback (never the raw exception: its text may echo the
+payload).
+
+Both spans carry ``messaging.system`` (``agentruns``), ``messaging.operation.type`` (``send``,
+``process``), ``messaging.operation.name`` (``enqueue``, ``process``),
+``messaging.destination.name`` (the kind) and ``messaging.message.id`` (the run id), beside
+agentruns' own ``agentruns.*`` attributes.
 
 Spans go to the tracer provider given, else the global one that the host (or
 ``opentelemetry-instrument``) configured; with neither, the API's no-op tracer records nothing.
@@ -20,6 +28,7 @@ import contextlib
 import time
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
+from uuid import UUID
 
 from opentelemetry import context as otel_context, trace
 from opentelemetry.context import Context
@@ -34,8 +43,22 @@ from agentruns.domain.termination import RunOutcome
 _PROPAGATOR = TraceContextTextMapPropagator()
 
 
+SYSTEM = "agentruns"
+
+
+def _messaging(operation: str, name: str, kind: str, run_id: UUID) -> dict[str, str | int]:
+    return {
+        "messaging.system": SYSTEM,
+        "messaging.operation.type": operation,
+        "messaging.operation.name": name,
+        "messaging.destination.name": kind,
+        "messaging.message.id": str(run_id),
+    }
+
+
 def _attributes(run: AgentRun) -> dict[str, str | int]:
     return {
+        **_messaging("process", "process", run.kind, run.id),
         "agentruns.run_id": str(run.id),
         "agentruns.kind": run.kind,
         "agentruns.workspace": run.workspace,
@@ -86,17 +109,23 @@ class _TimedSpan(Span):
 class _OtelRunTrace(RunTrace):
     def __init__(self, tracer: trace.Tracer, run: AgentRun, claim_seconds: float) -> None:
         self._tracer = tracer
-        parent = _PROPAGATOR.extract(run.trace_context or {})
+        enqueued = trace.get_current_span(_PROPAGATOR.extract(run.trace_context or {}))
+        created = enqueued.get_span_context()
+        links = [trace.Link(created)] if created.is_valid else []
         now = time.time_ns()
         claimed_at = now - max(int(claim_seconds * 1e9), 0)
+        # A root of its own (an empty context: not whatever the worker's task has current),
+        # linked to the enqueue.
+        root = Context()
         self._span = tracer.start_span(
-            "agentruns.run",
-            context=parent,
+            f"process {run.kind}",
+            context=root,
             kind=SpanKind.CONSUMER,
+            links=links,
             start_time=claimed_at,
             attributes=_attributes(run),
         )
-        self._context = trace.set_span_in_context(self._span, parent)
+        self._context = trace.set_span_in_context(self._span, root)
         tracer.start_span("agentruns.claim", context=self._context, start_time=claimed_at).end(
             end_time=now
         )
@@ -124,19 +153,23 @@ class OtelTracing(Tracing):
         self._tracer = trace.get_tracer("agentruns", tracer_provider=tracer_provider)
 
     def enqueue(
-        self, kind: str, workspace: str, subject: str
+        self, kind: str, workspace: str, subject: str, run_id: UUID
     ) -> AbstractContextManager[TraceCarrier | None]:
-        return self._enqueue(kind, workspace, subject)
+        return self._enqueue(kind, workspace, subject, run_id)
 
     @contextmanager
-    def _enqueue(self, kind: str, workspace: str, subject: str) -> Iterator[TraceCarrier | None]:
+    def _enqueue(
+        self, kind: str, workspace: str, subject: str, run_id: UUID
+    ) -> Iterator[TraceCarrier | None]:
         attributes = {
+            **_messaging("send", "enqueue", kind, run_id),
+            "agentruns.run_id": str(run_id),
             "agentruns.kind": kind,
             "agentruns.workspace": workspace,
             "agentruns.subject": subject,
         }
         with self._tracer.start_as_current_span(
-            "agentruns.enqueue", kind=SpanKind.PRODUCER, attributes=attributes
+            f"send {kind}", kind=SpanKind.PRODUCER, attributes=attributes
         ):
             carrier: TraceCarrier = {}
             _PROPAGATOR.inject(carrier)

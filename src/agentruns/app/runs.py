@@ -150,7 +150,7 @@ class AgentRuns:
         (:class:`~agentruns.domain.errors.InvalidRequest`) before anything is written.
 
         With tracing on, the enqueue is a span in the caller's trace, and the run keeps that
-        trace's context: its claim, steps and end join the same trace (ADRs/0014)."""
+        span's context: each attempt's spans link to it (ADRs/0014)."""
         registered = self._kinds.get(kind)
         due = limits.optional_moment(due_at, "due_at")
         deadline = limits.optional_moment(deadline_at, "deadline_at")
@@ -168,7 +168,7 @@ class AgentRuns:
             deadline_after=registered.policy.deadline,
             domain_row=registered.handler.has_domain_row,
         )
-        with self._tracing.enqueue(new.kind, new.workspace, new.subject) as carrier:
+        with self._tracing.enqueue(new.kind, new.workspace, new.subject, new.id) as carrier:
             if carrier:
                 new = replace(new, trace_context=carrier)
             async with self.transaction(tx) as inner:

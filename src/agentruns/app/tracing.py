@@ -2,8 +2,8 @@
 
 The default records nothing (:class:`NoTracing`); the OpenTelemetry adapter (the ``otel`` extra,
 ``agentruns.adapters.otel``) makes a span of an enqueue in the caller's trace and stores that
-trace's context with the run, so the run's spans (claim, each step, end) join the trace of the
-request that enqueued the work, in whichever process runs it (ADRs/0014).
+span's context with the run, so each attempt's spans (claim, each step, end), in whichever
+process runs it, link back to the request that enqueued the work (ADRs/0014).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 from typing import Protocol
+from uuid import UUID
 
 from agentruns.domain.failure_records import FailureDetail
 from agentruns.domain.run import AgentRun
@@ -28,7 +29,7 @@ class Span(Protocol):
 
 
 class RunTrace(Protocol):
-    """The spans of one attempt of a run, children of the run's stored trace context."""
+    """The spans of one attempt of a run, linked to the run's stored trace context."""
 
     def step(self, index: int) -> Span:
         """A span for step ``index``: the step's work and its boundary write."""
@@ -45,10 +46,10 @@ class RunTrace(Protocol):
 
 class Tracing(Protocol):
     def enqueue(
-        self, kind: str, workspace: str, subject: str
+        self, kind: str, workspace: str, subject: str, run_id: UUID
     ) -> AbstractContextManager[TraceCarrier | None]:
-        """A span around an enqueue, in the caller's current trace; yields the context to store
-        with the run (``None``: nothing to store)."""
+        """A span around the enqueue of run ``run_id``, in the caller's current trace; yields
+        the context to store with the run (``None``: nothing to store)."""
         ...
 
     def run(self, run: AgentRun, claim_seconds: float) -> RunTrace:
@@ -89,7 +90,7 @@ class NoTracing(Tracing):
         yield None
 
     def enqueue(
-        self, kind: str, workspace: str, subject: str
+        self, kind: str, workspace: str, subject: str, run_id: UUID
     ) -> AbstractContextManager[TraceCarrier | None]:
         return self._nothing()
 
