@@ -172,6 +172,10 @@ class FaultRun:
             "SELECT id::text FROM agent_run WHERE state = 'queued' AND due_at IS NULL"
         ):
             self.undue.add(run)
+        # Counted before the killed runs are looked at: once every run has ended, the look
+        # below sees each killed run's last state (a take-back, a re-lease and an end between
+        # the look and a later count would otherwise go unrecorded in the run's last sample).
+        ((ended,),) = await self.query("SELECT count(*) FROM agent_run WHERE state = 'ended'")
         waiting = {
             run: kill
             for kill in self.kills
@@ -194,7 +198,6 @@ class FaultRun:
                     kill.released[run] = since
                 elif state == "ended":
                     kill.ended.add(run)
-        ((ended,),) = await self.query("SELECT count(*) FROM agent_run WHERE state = 'ended'")
         return int(ended)
 
     async def kill_one(self) -> bool:
