@@ -239,6 +239,10 @@ HOT = {
             "kinds": ["review", "other"],
         },
     ),
+    "claim of the kinds a worker knows": (
+        statements.CLAIM_IF_KNOWN,
+        {"now": None, "holder": "w", "limit": 64, "aging": "10 minutes", "kinds": ["review"]},
+    ),
     "expired leases": (statements.EXPIRED, {"now": None, "limit": 500, "kinds": None}),
     "purge": (statements.PURGE, {"ended_before": "2999-01-01T00:00:00+00:00", "limit": 1000}),
 }

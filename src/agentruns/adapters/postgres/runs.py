@@ -244,16 +244,14 @@ class PostgresRunStore(RunStore):
                 },
             )
         elif request.kinds is not None:
-            rows = await fetch(
-                tx,
-                sql.CLAIM_KINDS,
-                {
-                    **params,
-                    "kinds": list(request.kinds),
-                    "limit": request.limit,
-                    "pool": request.limit * 4 + CLAIM_MARGIN,
-                },
-            )
+            kinds = {**params, "kinds": list(request.kinds), "limit": request.limit}
+            rows = await fetch(tx, sql.CLAIM_IF_KNOWN, kinds)
+            if rows and rows[0]["foreign_kinds"]:
+                # Another kind was seen: the lanes cannot serve, the exact kinds claim does.
+                pool = request.limit * 4 + CLAIM_MARGIN
+                rows = await fetch(tx, sql.CLAIM_KINDS, {**kinds, "pool": pool})
+            elif rows and rows[0]["id"] is None:
+                rows = []  # the lane claim found nothing: the one row of NULLs
         else:
             rows = await fetch(tx, sql.CLAIM, {**params, "limit": request.limit})
         return [run_from_row(row) for row in sorted(rows, key=_claim_key)]

@@ -378,23 +378,33 @@ SELECT * FROM claimed
 
 # A claim of some kinds: a worker's, of the kinds it can run. While the database has seen no
 # kind outside them (agent_kind, written by every enqueue), the lane claim serves: it can lease
-# no other kind. Otherwise the lanes' order cannot be trusted (a lane's first head may be of
-# another kind), so the claim probes each open workspace's first offered head of those kinds
-# per band, as the claim did before the lanes: its cost grows with the open workspaces. Both are
-# exact against claim_order. One statement, one round trip: the registry's answer is a one-time
-# filter, so only one side runs (ADRs/0021).
+# no other kind. The registry's answer sets the lane claim's limit (0 when another kind was
+# seen: the function returns at once, touching nothing; a filter on its rows would not keep a
+# volatile function from running) and comes back on every row, the one row of NULLs included
+# when nothing was claimed, so the store knows to take CLAIM_KINDS instead (ADRs/0021).
+CLAIM_IF_KNOWN = statement("""
+SELECT f.foreign_kinds, c.*
+FROM (SELECT EXISTS (
+        SELECT 1 FROM agent_kind k WHERE k.name <> ALL (CAST(:kinds AS text[]))
+      ) AS foreign_kinds) f
+LEFT JOIN LATERAL agent_claim(
+    CAST(:now AS timestamptz), CAST(:aging AS interval), :holder,
+    CASE WHEN f.foreign_kinds THEN 0 ELSE CAST(:limit AS integer) END
+) c ON true
+""")
+
+# Otherwise the lanes' order cannot be trusted (a lane's first head may be of another kind), so
+# the claim probes each open workspace's first offered head of those kinds per band, as the claim
+# did before the lanes: its cost grows with the open workspaces. Exact against claim_order, like
+# the lane claim.
 CLAIM_KINDS = statement(f"""
 WITH clock AS MATERIALIZED (SELECT {NOW} AS now, CAST(:aging AS interval) AS aging),
-foreign_kind AS MATERIALIZED (
-    SELECT EXISTS (
-        SELECT 1 FROM agent_kind k WHERE k.name <> ALL (CAST(:kinds AS text[]))) AS seen
-),
 bands (band) AS (VALUES (CAST(0 AS smallint)), (CAST(1 AS smallint)), (CAST(2 AS smallint))),
 open_ws AS MATERIALIZED (
     SELECT w.id, w.leased + COALESCE(
         (SELECT sum(d.leased) FROM agent_workspace_delta d WHERE d.workspace = w.id), 0) AS leased
     FROM agent_workspace w, clock
-    WHERE (SELECT seen FROM foreign_kind) AND w.active AND NOT EXISTS (
+    WHERE w.active AND NOT EXISTS (
         SELECT 1 FROM agent_budget_hold h WHERE h.workspace = w.id AND h.until > clock.now)
 ),
 heads AS (
@@ -422,9 +432,6 @@ picked AS (
     LIMIT :limit
     FOR UPDATE OF r SKIP LOCKED
 ){_CLAIMED}
-UNION ALL
-SELECT * FROM agent_claim(CAST(:now AS timestamptz), CAST(:aging AS interval), :holder, :limit)
-WHERE NOT (SELECT seen FROM foreign_kind)
 """)
 
 # claim_subject: the subject's head, one read through uq_agent_run_head.
