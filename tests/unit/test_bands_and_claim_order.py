@@ -14,7 +14,7 @@ from agentruns.domain.claim_order import ClaimContext, claim_order, next_claims,
 from agentruns.domain.errors import InvalidBand
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
-from tests.strategies import EPOCH, agings, bands, instants, populations
+from tests.strategies import EPOCH, agings, bands, instants, offsets, populations
 
 AGING = timedelta(minutes=10)
 
@@ -190,7 +190,13 @@ def _actionable(population: list[AgentRun], at: datetime, inactive: frozenset[st
     )
 
 
-@given(populations(), instants, st.booleans())
+# Half the instants come before every run is due, so that most populations leave nothing to do
+# now (the assumption below filtered out seven inputs in eight when drawn from ``instants`` alone
+# and failed hypothesis's health check); the other half find the quiet moments among due runs.
+quiet_or_any_instants = st.one_of(instants, offsets.map(lambda offset: EPOCH - offset))
+
+
+@given(populations(), quiet_or_any_instants, st.booleans())
 def test_the_next_moment_is_the_first_at_which_something_can_happen(
     population: list[AgentRun], now: datetime, retire_one: bool
 ) -> None:
