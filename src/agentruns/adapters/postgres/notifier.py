@@ -131,13 +131,24 @@ class PostgresNotifier(Notifier):
                     return True  # a run may have been queued before we listened: claim now
                 await asyncio.sleep(seconds)
                 return False
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + seconds
             try:
                 # The timeout bounds the whole wait: a cancel read on the way is told to its
-                # subscribers and the wait goes on; only a wake-up ends it early.
-                async for notify in connection.notifies(timeout=max(seconds, 0.001)):
-                    if notify.channel != CANCEL_CHANNEL:
+                # subscribers and the wait goes on; only a wake-up ends it early. Each batch
+                # the server sent is read to its end (leaving it would drop the rest of it).
+                while True:
+                    woken = False
+                    left = max(deadline - loop.time(), 0.001)
+                    async for notify in connection.notifies(timeout=left, stop_after=1):
+                        if notify.channel == CANCEL_CHANNEL:
+                            self._cancelled(notify.payload)
+                        else:
+                            woken = True
+                    if woken:
                         return True
-                    self._cancelled(notify.payload)
+                    if loop.time() >= deadline:
+                        return False
             except (psycopg.Error, OSError):
                 await self._drop()
             return False

@@ -107,7 +107,8 @@ SELECT * FROM ended
 # An end without a fence (a cancel, a deadline) of a leased run tells its holder: a NOTIFY on
 # channel agent_run_cancel with the run's id, sent when the transaction commits (ADRs/0023). The
 # state it had is the row the statement read (``was``): a claim that committed between that read
-# and the update's lock leaves the holder untold, and its heartbeat finds the end instead.
+# and the update's lock leaves the holder untold, and its heartbeat finds the end instead. The
+# NOTIFY is an output column, so it is evaluated for each ended row (an unread one may not be).
 END_UNFENCED = statement(f"""
 WITH clock AS (SELECT {NOW} AS now),
 ended AS (
@@ -116,11 +117,11 @@ ended AS (
     FROM clock, agent_run was
     WHERE r.id = :run_id AND was.id = r.id AND r.state IN ('queued', 'leased')
     RETURNING {_R_COLUMNS}, was.state AS was_state
-),
-told AS (
-    SELECT pg_notify('agent_run_cancel', CAST(id AS text)) FROM ended WHERE was_state = 'leased'
 )
-SELECT ended.*, (SELECT count(*) FROM told) AS told FROM ended
+SELECT ended.*,
+       CASE WHEN ended.was_state = 'leased'
+            THEN CAST(pg_notify('agent_run_cancel', CAST(ended.id AS text)) AS text) END AS told
+FROM ended
 """)
 
 REQUEUE = statement(f"""
