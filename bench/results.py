@@ -6,7 +6,7 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
-ORDER = ("throughput", "depth", "servers", "faults", "console", "analysis")
+ORDER = ("throughput", "depth", "servers", "faults", "console", "heartbeat", "analysis")
 
 HEADER = (
     "# agentruns benchmark results\n\n"
