@@ -3,13 +3,15 @@ was lost or cancelled (ADRs/0023).
 
 One keeper per worker, and no task per run or per step: a timer, armed while the worker has runs
 in flight, looks at each run's :class:`~agentruns.app.boundaries.StepBoundaries` every
-``interval`` seconds. A run whose current step's work has run a third of its lease since the
-step began (or since its last heartbeat) is renewed, fenced, with the group
-(:meth:`GroupSettler.renew_many`: one set-based statement for many runs). A run whose steps are
-short never gets a heartbeat: its step boundaries renew it. The time is this process's monotonic
-clock (``time.perf_counter``, which the boundaries already read), and, when the worker was given
-one, an injected clock too (the test kit's manual clock: a step that moves it past its lease is
-renewed as the clock says, see ``AgentRunsHarness.elapse``).
+``interval`` seconds (default: a tenth of the shortest lease in flight, at most 1 s; a run of a
+shorter lease that starts while the keeper looks every second is seen at the next look, so with
+leases of a few seconds or less, set ``interval``). A run whose current step's work has run a
+third of its lease since the step began (or since its last heartbeat) is renewed, fenced, with
+the group (:meth:`GroupSettler.renew_many`: one set-based statement for many runs). A run whose
+steps are short never gets a heartbeat: its step boundaries renew it. The time is this
+process's monotonic clock (``time.perf_counter``, which the boundaries already read), and, when
+the worker was given one, an injected clock too (the test kit's manual clock: a step that moves
+it past its lease is renewed as the clock says, see ``AgentRunsHarness.elapse``).
 
 A heartbeat answered :class:`~agentruns.LeaseLost` (the lease ran out, the run was taken back or
 cancelled), or a cancel heard from the notifier (:meth:`LeaseKeeper.cancelled`), stops the run's
@@ -84,6 +86,7 @@ class LeaseKeeper:
         self._clock = clock
         self._live: dict[UUID, StepBoundaries] = {}
         self._timer: asyncio.TimerHandle | None = None
+        self._loop: asyncio.AbstractEventLoop | None = None  # the loop the timer is armed in
         self._unsubscribe: Callable[[], None] | None = None
         self._sending: asyncio.Task[None] | None = None
         self.renewals = 0  # heartbeats written (read by tests and benches)
@@ -91,20 +94,22 @@ class LeaseKeeper:
     def watch(self, boundary: StepBoundaries) -> None:
         """Keep ``boundary``'s run until :meth:`forget`."""
         live = self._live
-        if not live:
-            self._start()
+        if not live and (self._timer is None or self._loop is not asyncio.get_running_loop()):
+            self._start(boundary.run.lease.total_seconds())
         live[boundary.run.id] = boundary
 
     def forget(self, boundary: StepBoundaries) -> None:
+        """Stop keeping ``boundary``'s run. The timer stops at its next look if none is left
+        (not here: a worker between two cohorts would stop and start it for every run)."""
         live = self._live
         if live.get(boundary.run.id) is boundary:
             del live[boundary.run.id]
-        if not live:
-            self._stop()
 
-    def _start(self) -> None:
+    def _start(self, lease: float) -> None:
+        self._stop()
+        self._loop = asyncio.get_running_loop()
         self._unsubscribe = self._notifier.on_cancel(self.cancelled)
-        self._arm(self._interval or _LONGEST_INTERVAL)
+        self._arm(self._interval or self._every(lease))
 
     def _stop(self) -> None:
         if self._timer is not None:
@@ -115,7 +120,8 @@ class LeaseKeeper:
             self._unsubscribe = None
 
     def _arm(self, seconds: float) -> None:
-        self._timer = asyncio.get_running_loop().call_later(seconds, self._tick)
+        assert self._loop is not None
+        self._timer = self._loop.call_later(seconds, self._tick)
 
     def cancelled(self, run_id: UUID) -> None:
         """The notifier's news that ``run_id`` was ended under its holder: stop its step."""
@@ -148,14 +154,17 @@ class LeaseKeeper:
     def _tick(self) -> None:
         self._timer = None
         if not self._live:
+            self._stop()
             return
         due, shortest = self._due()
         if due and (self._sending is None or self._sending.done()):
             self._sending = asyncio.get_running_loop().create_task(self._send(due))
-        interval = self._interval
-        if interval is None:
-            interval = min(_LONGEST_INTERVAL, shortest / _LOOKS_PER_LEASE)
-        self._arm(max(interval, _SHORTEST_INTERVAL))
+        self._arm(self._interval or self._every(shortest))
+
+    @staticmethod
+    def _every(lease: float) -> float:
+        """How long between two looks when the shortest lease in flight is ``lease`` seconds."""
+        return max(_SHORTEST_INTERVAL, min(_LONGEST_INTERVAL, lease / _LOOKS_PER_LEASE))
 
     def _due(self) -> tuple[list[tuple[StepBoundaries, Beat]], float]:
         """The runs whose step has run long since its last renewal, and the shortest lease."""
