@@ -418,8 +418,8 @@ class Notifier(Protocol):
         return True
 
     def on_cancel(self, callback: Callable[[UUID], None]) -> Callable[[], None]:
-        """Call ``callback(run_id)`` when a leased run is ended under its holder (a cancel, a
-        deadline), after the end commits; the answer unsubscribes. A hint, not a guarantee: a
+        """Call ``callback(run_id)`` when a leased run is ended under its holder (a cancel),
+        after the end commits; the answer unsubscribes. A hint, not a guarantee: a
         notification can be missed (PostgreSQL hears it only while someone waits on this
         notifier or after, and not while it cannot listen), so a holder still learns it at its
         next fenced write (ADRs/0023). The callback runs in the event loop and must not block."""

@@ -104,8 +104,8 @@ ended AS (
 SELECT * FROM ended
 """)
 
-# An end without a fence (a cancel, a deadline) of a leased run tells its holder: a NOTIFY on
-# channel agent_run_cancel with the run's id, sent when the transaction commits (ADRs/0023). The
+# An end without a fence of a leased run (a cancel: the reaper ends only queued runs so) tells its
+# holder: a NOTIFY on channel agent_run_cancel with the run's id, sent at commit (ADRs/0023). The
 # state it had is the row the statement read (``was``): a claim that committed between that read
 # and the update's lock leaves the holder untold, and its heartbeat finds the end instead. The
 # NOTIFY is an output column, so it is evaluated for each ended row (an unread one may not be).
