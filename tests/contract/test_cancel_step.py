@@ -8,6 +8,7 @@ import asyncio
 import logging
 import random
 import time
+from datetime import timedelta
 
 import pytest
 
@@ -61,13 +62,6 @@ class Calls:
         await ctx.step("call", self.call)
 
 
-@pytest.fixture
-def calls(kinds: RunKinds) -> Calls:
-    calls = Calls()
-    kinds.register(RunKind(policy("calls"), RecordedSteps(calls.steps)))
-    return calls
-
-
 def cancelling_worker(
     runs: AgentRuns, kinds: RunKinds, backend: Backend, **options: object
 ) -> Worker:
@@ -94,26 +88,32 @@ async def _cancel_mid_call(
         await within(calls.calling.wait())
         asked = time.perf_counter()
         await runs.cancel(run.id)
-        await within(_ended(runs, run))
+        await within(_outcome(worker, RunOutcome.CANCELLED))
     finally:
         stop.set()
         await within(loop)
     return run, asked
 
 
-async def _ended(runs: AgentRuns, run: AgentRun) -> None:
-    """Until the run has ended (read every 5 ms)."""
+async def _outcome(worker: Worker, outcome: RunOutcome) -> None:
+    """Until the worker has ended a run with ``outcome`` (looked at every 5 ms)."""
     for _ in range(int(BOUND / 0.005)):
-        if (await runs.get(run.id)).state is AgentRunState.ENDED:
+        if worker.stats.outcomes.get(outcome, 0):
             return
         await asyncio.sleep(0.005)
 
 
+@pytest.mark.parametrize(
+    "step_timeout", [None, timedelta(minutes=5)], ids=["plain", "step-timeout"]
+)
 async def test_a_cancel_reaches_the_running_step(
-    runs: AgentRuns, kinds: RunKinds, backend: Backend, calls: Calls
+    runs: AgentRuns, kinds: RunKinds, backend: Backend, step_timeout: timedelta | None
 ) -> None:
     """The step waiting on its call sees CancelledError promptly (not at the next boundary, nor
-    at a heartbeat a third of a lease away); the run ends cancelled with its recorded step."""
+    at a heartbeat a third of a lease away); the run ends cancelled with its recorded step. Under
+    a step timeout too: the keeper's cancel is not taken for the timeout's."""
+    calls = Calls()
+    kinds.register(RunKind(policy("calls", step_timeout=step_timeout), RecordedSteps(calls.steps)))
     worker = cancelling_worker(runs, kinds, backend)
     run, asked = await _cancel_mid_call(runs, worker, calls, "calls")
     [reached] = calls.cancelled
@@ -166,3 +166,25 @@ async def test_a_cancel_of_a_queued_run_tells_no_holder(runs: AgentRuns, backend
         assert told == [leased.id]
     finally:
         unsubscribe()
+
+
+async def test_a_cancel_during_the_shutdown_grace_still_reaches_the_step(
+    runs: AgentRuns, kinds: RunKinds, backend: Backend
+) -> None:
+    """A stopping worker no longer claims but still hears cancels while its runs in flight get
+    their grace: the cancelled step stops at once, not when the grace runs out."""
+    calls = Calls()
+    kinds.register(RunKind(policy("calls"), RecordedSteps(calls.steps)))
+    worker = cancelling_worker(runs, kinds, backend)
+    stop = asyncio.Event()
+    loop = asyncio.create_task(worker.run(stop, grace=BOUND * 4))
+    run = await runs.enqueue("calls", workspace="acme", subject="s")
+    await within(calls.calling.wait())
+    stop.set()
+    await asyncio.sleep(0.05)  # the loop is in its grace now
+    asked = time.perf_counter()
+    await runs.cancel(run.id)
+    await within(loop)
+    [reached] = calls.cancelled
+    assert reached - asked < PROMPT
+    assert worker.stats.outcomes == {RunOutcome.CANCELLED: 1}

@@ -399,10 +399,21 @@ class Worker:
                 extra={"holder": self.holder, "in_flight": len(running), "grace_seconds": grace},
             )
         if running:
-            _, pending = await asyncio.wait(running, timeout=grace)
+            # While the runs in flight finish, the notifier is still read: a cancel sent during
+            # the grace still reaches its step (ADRs/0023); wake-ups are let go.
+            hearing = asyncio.create_task(self._hear_cancels())
+            try:
+                _, pending = await asyncio.wait(running, timeout=grace)
+            finally:
+                hearing.cancel()
+                await asyncio.gather(hearing, return_exceptions=True)
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _hear_cancels(self) -> None:
+        while True:
+            await self._notifier.wait(self._poll_interval)
 
     def _freed(self, task: asyncio.Task[RunOutcome]) -> None:
         self._running.discard(task)
