@@ -217,17 +217,14 @@ class LeaseKeeper:
             log.warning("heartbeat failed: %s", error)
             return
         failed = 0
-        for (boundary, beat), result in zip(due, results, strict=True):
+        for (boundary, _), result in zip(due, results, strict=True):
             if result is None:
                 self.renewals += 1
-            elif isinstance(result, (LeaseLost, RunNotFound)):
-                if boundary.beat is beat or boundary.working is None:
-                    lost = (
-                        result
-                        if isinstance(result, LeaseLost)
-                        else LeaseLost(f"run {boundary.run.id} is gone")
-                    )
-                    self.stop(boundary, lost)
+            elif isinstance(result, LeaseLost):
+                # Lost for good (a fence never holds again), whichever step runs by now.
+                self.stop(boundary, result)
+            elif isinstance(result, RunNotFound):
+                self.stop(boundary, LeaseLost(f"run {boundary.run.id} is gone"))
             else:
                 failed += 1
         if failed:
