@@ -11,6 +11,7 @@ from datetime import timedelta
 import pytest
 
 from agentruns.app.kinds import RunKind, RunKinds, StepEvent
+from agentruns.app.metrics import NoMetrics
 from agentruns.app.ports import RenewWrite, Transaction
 from agentruns.app.reaper import AgentRunReaper
 from agentruns.app.runs import AgentRuns
@@ -131,8 +132,15 @@ async def test_the_keepers_own_looks_renew_a_step_that_runs_long_in_real_time(
     brief = RunKindPolicy(name="brief-lease", lease=timedelta(milliseconds=60), backoff=BACKOFF)
     kinds.register(RunKind(brief, _sleeps))
     renewals = Renewals(backend, monkeypatch)
+    metrics = _CountedRenewals()
     worker = Worker(
-        runs, kinds, backend.stores.notifier, random.Random(3), holder="keeper-2", heartbeat=0.005
+        runs,
+        kinds,
+        backend.stores.notifier,
+        random.Random(3),
+        holder="keeper-2",
+        heartbeat=0.005,
+        metrics=metrics,
     )
     run = await runs.enqueue("brief-lease", workspace="acme", subject="s", payload={"sleep": 0.3})
     [leased] = await runs.claim(worker.holder)
@@ -142,6 +150,16 @@ async def test_the_keepers_own_looks_renew_a_step_that_runs_long_in_real_time(
     assert worker.keeper.renewals >= 2
     assert renewals.calls >= 1
     assert renewals.fences == worker.keeper.renewals
+    # The metrics count a heartbeat as a renewal, beside the two step boundaries.
+    assert metrics.renewed_count == worker.keeper.renewals + 2
+
+
+class _CountedRenewals(NoMetrics):
+    def __init__(self) -> None:
+        self.renewed_count = 0
+
+    def renewed(self, kind: str) -> None:
+        self.renewed_count += 1
 
 
 async def _sleeps(run: AgentRun) -> AsyncIterator[StepEvent]:

@@ -34,6 +34,7 @@ from datetime import datetime
 from typing import TYPE_CHECKING
 from uuid import UUID
 
+from agentruns.app.metrics import Metrics, NoMetrics
 from agentruns.app.ports import Clock, Notifier, RenewWrite
 from agentruns.app.runs import AgentRuns
 from agentruns.app.settler import GroupSettler
@@ -73,6 +74,7 @@ class LeaseKeeper:
         grace: float,
         interval: float | None = None,
         clock: Clock | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         if grace < 0:
             raise ValueError("a cancel grace is not negative")
@@ -84,6 +86,7 @@ class LeaseKeeper:
         self._grace = grace
         self._interval = interval
         self._clock = clock
+        self._metrics = metrics or NoMetrics()
         self._live: dict[UUID, StepBoundaries] = {}
         self._timer: asyncio.TimerHandle | None = None
         self._loop: asyncio.AbstractEventLoop | None = None  # the loop the timer is armed in
@@ -220,6 +223,7 @@ class LeaseKeeper:
         for (boundary, _), result in zip(due, results, strict=True):
             if result is None:
                 self.renewals += 1
+                self._metrics.renewed(boundary.run.kind)  # a renewal as a boundary's is
             elif isinstance(result, LeaseLost):
                 # Lost for good (a fence never holds again), whichever step runs by now.
                 self.stop(boundary, result)

@@ -116,6 +116,7 @@ class Worker:
             grace=cancel_grace,
             interval=heartbeat,
             clock=clock,
+            metrics=metrics,
         )
         # With a holder store, run() keeps this worker's holder row (agentruns.app.holders):
         # written at start and about every `renewal`, marked stopped on a clean stop.
