@@ -6,7 +6,7 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
-ORDER = ("throughput", "depth", "servers", "steps", "faults", "console", "analysis")
+ORDER = ("throughput", "depth", "servers", "steps", "heartbeat", "faults", "console", "analysis")
 
 HEADER = (
     "# agentruns benchmark results\n\n"

@@ -220,3 +220,85 @@ async def test_drain_retries_a_step_cancelled_past_its_step_timeout(
     assert report.outcomes == {RunOutcome.REQUEUED: 1, RunOutcome.COMPLETED: 1}
     [failure] = await harness.runs.failures(run.id)
     assert failure.failure_class is FailureClass.TIMEOUT
+
+
+class _LongCall:
+    """A recorded kind whose ``call`` step lasts five of its 30 s leases on the manual clock:
+    through ``harness.elapse`` (the heartbeat beats), or, with ``jump``, in one move of the
+    clock under the first claim (nothing can renew it)."""
+
+    def __init__(self, *, jump: bool) -> None:
+        self.jump = jump
+        self.harness: object = None
+        self.calls = 0
+        self.cancelled = 0
+
+    async def call(self, epoch: int) -> str:
+        from agentruns.testing import AgentRunsHarness
+
+        harness = self.harness
+        assert isinstance(harness, AgentRunsHarness)
+        self.calls += 1
+        try:
+            if self.jump and epoch == 1:
+                harness.clock.advance(LONG_LEASE * 5)
+                await harness.elapse(timedelta(0))  # the keeper's look comes too late
+            else:
+                await harness.elapse(LONG_LEASE * 5)
+        except asyncio.CancelledError:
+            self.cancelled += 1
+            raise
+        return "answered"
+
+    async def steps(self, run: AgentRun, ctx: StepContext) -> None:
+        await ctx.step("call", self.call, run.epoch)
+
+
+LONG_LEASE = timedelta(seconds=30)
+
+
+def _long_call(long: _LongCall) -> RunKind:
+    policy = RunKindPolicy(name="long-call", lease=LONG_LEASE, backoff=BACKOFF)
+    return RunKind(policy, RecordedSteps(long.steps))
+
+
+async def test_a_step_that_outlasts_its_lease_under_drain_keeps_it_through_the_heartbeat(
+    agentruns_harness: HarnessFactory,
+) -> None:
+    """Two and a half minutes of a 30 s lease pass inside one step: the worker's heartbeat
+    renews it as the clock moves, the reaper takes nothing back, and the run completes in its
+    first claim, its step run once."""
+    long = _LongCall(jump=False)
+    harness = agentruns_harness(_long_call(long), start=START)
+    long.harness = harness
+    run = await harness.runs.enqueue("long-call", workspace="acme", subject="doc:1")
+
+    report = await harness.drain()
+
+    assert report.outcomes == {RunOutcome.COMPLETED: 1}
+    assert report.taken_back == 0
+    ended = await harness.runs.get(run.id)
+    assert ended.end_reason is TerminationReason.COMPLETED
+    assert ended.epoch == 1
+    assert long.calls == 1
+    assert harness.worker.keeper.renewals >= 14  # one every third of a lease
+
+
+async def test_a_step_that_jumps_past_its_lease_under_drain_loses_it(
+    agentruns_harness: HarnessFactory,
+) -> None:
+    """The same step moving the clock five leases at once: no heartbeat could have run, so its
+    boundary's fenced write is refused (nothing recorded), and the run's next claim runs the
+    step again, through the heartbeat, to completion."""
+    long = _LongCall(jump=True)
+    harness = agentruns_harness(_long_call(long), start=START)
+    long.harness = harness
+    run = await harness.runs.enqueue("long-call", workspace="acme", subject="doc:1")
+
+    report = await harness.drain()
+
+    assert report.outcomes[RunOutcome.LEASE_LOST] == 1
+    assert report.outcomes[RunOutcome.COMPLETED] == 1
+    assert long.calls == 2
+    assert [event.data["name"] for event in await harness.runs.events(run.id)] == ["call"]
+    assert (await harness.runs.get(run.id)).end_reason is TerminationReason.COMPLETED

@@ -86,3 +86,38 @@ async def test_an_unreachable_server_falls_back_to_polling() -> None:
     notifier = PostgresNotifier("postgresql://nobody@/nowhere?host=/nonexistent-socket-dir")
     assert await notifier.wait(0.01) is False
     await notifier.close()
+
+
+async def test_cancels_are_heard_on_the_one_listening_connection_and_wake_nobody(
+    postgres_url: str,
+) -> None:
+    """The notifier listens on both channels on one connection; a cancel sent while a waiter
+    waits goes to the cancel subscribers and the wait goes on (no claim for a cancel), until a
+    wake-up or the wait's time."""
+    stores = make_postgres_stores(postgres_url)
+    notifier = stores.notifier
+    assert isinstance(notifier, PostgresNotifier)
+    told: list[object] = []
+    unsubscribe = notifier.on_cancel(told.append)
+    run_id = uuid4()
+    try:
+        assert await notifier.listen()
+        with psycopg.connect(postgres_url, autocommit=True) as other:
+            rows = other.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND query LIKE 'LISTEN %'"
+            ).fetchall()
+            assert rows == [(1,)]
+            waiter = asyncio.create_task(notifier.wait(0.5))
+            await asyncio.sleep(0.05)
+            other.execute("SELECT pg_notify('agent_run_cancel', %s)", (str(run_id),))
+            async with asyncio.timeout(30):
+                assert await waiter is False  # a cancel is no wake-up: the wait ran its time
+        assert told == [run_id]
+        unsubscribe()
+        with psycopg.connect(postgres_url, autocommit=True) as other:
+            other.execute("SELECT pg_notify('agent_run_cancel', %s)", (str(uuid4()),))
+        assert await notifier.wait(0.2) is False
+        assert told == [run_id]  # unsubscribed: told no more
+    finally:
+        await close_postgres_stores(stores)

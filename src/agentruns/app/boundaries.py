@@ -4,6 +4,13 @@ kind's step timeout, then its event written with the lease's renewal (ADRs/0007,
 The work is a generator's next step or a recorded step's function. Past the kind's
 ``step_timeout`` the work is cancelled and the attempt fails with :class:`StepTimedOut`, a
 retryable timeout: the bound is this process's own (monotonic) time, as the shutdown grace is.
+
+While a step's work runs, the boundaries say so (:attr:`StepBoundaries.working`: when it began)
+for the worker's lease keeper (:mod:`agentruns.app.keeper`, ADRs/0023), which renews the lease
+of a step that runs long and stops one whose run was lost or cancelled: it cancels the run's
+task inside the work, and :meth:`StepBoundaries.step` turns that cancellation into
+:class:`~agentruns.LeaseLost` (taking back only the cancels the keeper made, so a shutdown's
+cancel still goes up as a cancel). A step that swallowed the cancel and returned writes nothing.
 """
 
 from __future__ import annotations
@@ -12,6 +19,7 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 
+from agentruns.app.keeper import Beat
 from agentruns.app.kinds import RunKind, StepEvent
 from agentruns.app.metrics import Metrics
 from agentruns.app.runs import AgentRuns
@@ -26,7 +34,21 @@ class StepBoundaries:
     """A run's step boundaries, counted: each step's work, timed and spanned, then its event
     written with the renewal (with the group, or alone)."""
 
-    __slots__ = ("_index", "_kind", "_metrics", "_run", "_runs", "_settler", "_timeout", "_trace")
+    __slots__ = (
+        "_cancels",
+        "_index",
+        "_kind",
+        "_metrics",
+        "_runs",
+        "_settler",
+        "_task",
+        "_timeout",
+        "_trace",
+        "beat",
+        "lost",
+        "run",
+        "working",
+    )
 
     def __init__(
         self,
@@ -39,13 +61,40 @@ class StepBoundaries:
     ) -> None:
         self._runs = runs
         self._metrics = metrics
-        self._run = run
+        self.run = run
         self._kind = kind
         self._trace = trace
         self._settler = settler
         self._index = 0
         timeout = kind.policy.step_timeout
         self._timeout = None if timeout is None else timeout.total_seconds()
+        # For the lease keeper: when the running step's work began (None outside the work), why
+        # the run was lost if it was, what the keeper knows of the step, and the run's task.
+        self.working: float | None = None
+        self.lost: LeaseLost | None = None
+        self.beat: Beat | None = None
+        self._task = asyncio.current_task()
+        self._cancels = 0
+
+    def cancel(self) -> None:
+        """Cancel the run's task (the keeper does, inside the step's work only)."""
+        if self._task is not None and self._task.cancel():
+            self._cancels += 1
+
+    def _stopped(self) -> LeaseLost | None:
+        """The loss to raise instead of the keeper's cancels (taken back from the task), or None
+        when someone else cancelled the task too (a shutdown): then the cancel goes up."""
+        lost = self.lost
+        if lost is None:
+            return None
+        task = self._task
+        if task is not None:
+            while self._cancels:
+                self._cancels -= 1
+                task.uncancel()
+            if task.cancelling():
+                return None
+        return lost
 
     async def _bounded(
         self, work: Callable[[], Awaitable[StepEvent]], label: str | None
@@ -77,31 +126,50 @@ class StepBoundaries:
         event; None when the steps were done (the work raised StopAsyncIteration)."""
         span = self._trace.step(self._index)
         began = time.perf_counter()
+        if self.lost is not None:  # told between two steps: this one does not start
+            span.drop()
+            raise self.lost
+        self.working = began
         try:
             if self._timeout is None:
                 event = await work()
             else:
                 event = await self._bounded(work, label)
         except StopAsyncIteration:
+            self.working = None
             span.drop()  # no step: the steps were done
             return None
         except (LeaseLost, StoreUnavailable):
+            self.working = None
             span.end()
             raise
+        except asyncio.CancelledError:
+            self.working = None
+            span.end()
+            lost = self._stopped()
+            if lost is None:
+                raise
+            raise lost from None
         except Exception as error:
+            self.working = None
             span.end(
-                describe_failure(error, self._kind.classify(error).failure_class, self._run.payload)
+                describe_failure(error, self._kind.classify(error).failure_class, self.run.payload)
             )
             raise
+        self.working = None
+        if self.lost is not None:  # the step swallowed the keeper's cancel: nothing is written
+            span.end()
+            self._stopped()
+            raise self.lost
         try:
-            fence = self._run.fence
+            fence = self.run.fence
             if self._settler is not None:
                 await self._settler.step_boundary(fence, event.type, event.data)
             else:
                 await self._runs.step_boundary(fence, event.type, event.data)
         finally:
             span.end()
-        self._metrics.renewed(self._run.kind)
-        self._metrics.stepped(self._run.kind, time.perf_counter() - began)
+        self._metrics.renewed(self.run.kind)
+        self._metrics.stepped(self.run.kind, time.perf_counter() - began)
         self._index += 1
         return event

@@ -12,7 +12,7 @@ Time: stores decide on their own clock (the database clock for PostgreSQL, unles
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -159,6 +159,13 @@ class StepWrite:
 
 
 @dataclass(frozen=True, slots=True)
+class RenewWrite:
+    """One heartbeat of a group: renew the lease under ``fence``, nothing else (ADRs/0023)."""
+
+    fence: AgentRunFence
+
+
+@dataclass(frozen=True, slots=True)
 class EndWrite:
     """One holder's end of a group: end the run under ``fence`` with ``reason``."""
 
@@ -206,11 +213,21 @@ class RunStore(Protocol):
 
     async def renew(self, tx: Transaction, fence: AgentRunFence) -> AgentRun: ...
 
+    async def renew_many(
+        self, tx: Transaction, fences: Sequence[AgentRunFence]
+    ) -> list[AgentRunsError | None]:
+        """:meth:`renew` for each fence, set-based (the heartbeat of a group, ADRs/0023); one
+        result per fence, in order: ``None`` (renewed; the run is not read back), or what
+        ``renew`` would have raised for it (nothing written for it). The fences name distinct
+        runs."""
+        ...
+
     async def end(
         self, tx: Transaction, run_id: UUID, reason: TerminationReason, fence: AgentRunFence | None
     ) -> AgentRun:
         """End the run. With a fence, only its current holder may; without one (a cancel), a
-        QUEUED or LEASED run ends at once. An ENDED run raises IllegalTransition."""
+        QUEUED or LEASED run ends at once, and a LEASED run's holder is told on commit
+        (:meth:`Notifier.on_cancel`). An ENDED run raises IllegalTransition."""
         ...
 
     async def end_many(
@@ -386,7 +403,9 @@ class HolderStore(Protocol):
 
 
 class Notifier(Protocol):
-    """Wakes idle claimers when a run is queued (PostgreSQL: NOTIFY on channel ``agent_run``)."""
+    """Wakes idle claimers when a run is queued (PostgreSQL: NOTIFY on channel ``agent_run``),
+    and tells holders that a leased run was ended under them (a cancel; PostgreSQL: NOTIFY on
+    channel ``agent_run_cancel``, on the same listening connection)."""
 
     async def wait(self, seconds: float) -> bool:
         """Wait until a run is queued or ``seconds`` pass; True if woken. A poll fallback: the
@@ -397,6 +416,14 @@ class Notifier(Protocol):
         """Start listening now, so that no wake-up sent after this call is missed; a worker
         calls it before its first claim. False if it could not (the poll still works)."""
         return True
+
+    def on_cancel(self, callback: Callable[[UUID], None]) -> Callable[[], None]:
+        """Call ``callback(run_id)`` when a leased run is ended under its holder (a cancel),
+        after the end commits; the answer unsubscribes. A hint, not a guarantee: a
+        notification can be missed (PostgreSQL hears it only while someone waits on this
+        notifier or after, and not while it cannot listen), so a holder still learns it at its
+        next fenced write (ADRs/0023). The callback runs in the event loop and must not block."""
+        ...
 
 
 @dataclass(frozen=True, slots=True)

@@ -24,6 +24,7 @@ from agentruns.app.ports import (
     EndWrite,
     NewFailure,
     NewRun,
+    RenewWrite,
     RunEvent,
     RunQuery,
     StepWrite,
@@ -284,12 +285,13 @@ class AgentRuns:
             )
 
     async def settle_group(
-        self, writes: Sequence[StepWrite | EndWrite], *, ended_runs: bool = True
+        self, writes: Sequence[StepWrite | EndWrite | RenewWrite], *, ended_runs: bool = True
     ) -> list[RunEvent | AgentRun | AgentRunsError | None]:
-        """Step boundaries and ends of several held runs, set-based and committed together, each
-        under its own fence; one result per write, in order: what :meth:`step_boundary` or
-        :meth:`end` would have returned, or the error it would have raised (a failed fence
-        writes nothing for its run and neither blocks nor rolls back the others). Without
+        """Step boundaries, heartbeats and ends of several held runs, set-based and committed
+        together, each under its own fence; one result per write, in order: what
+        :meth:`step_boundary` or :meth:`end` would have returned (``None`` for a heartbeat that
+        held), or the error it, or :meth:`renew`, would have raised (a failed fence writes
+        nothing for its run and neither blocks nor rolls back the others). Without
         ``ended_runs``, an end that held answers ``None``: its run is not read back.
 
         Only for kinds without a domain row: an end here calls no handler hook. The writes
@@ -300,11 +302,15 @@ class AgentRuns:
         results: dict[int, RunEvent | AgentRun | AgentRunsError | None] = {}
         steps: list[tuple[int, StepWrite]] = []
         ends: list[tuple[int, EndWrite]] = []
+        renewals: list[tuple[int, AgentRunFence]] = []
         for index, write in enumerate(writes):
             try:
                 _fence(write.fence)
                 if isinstance(write, EndWrite):
                     ends.append((index, EndWrite(write.fence, _reason(write.reason))))
+                    continue
+                if isinstance(write, RenewWrite):
+                    renewals.append((index, write.fence))
                     continue
                 checked = StepWrite(
                     write.fence, _name(write.type, "type"), validate_payload(write.data)
@@ -313,12 +319,20 @@ class AgentRuns:
                 results[index] = refused
             else:
                 steps.append((index, checked))
-        # Ends alone, or step boundaries alone, are one statement (and reads only for refused
-        # fences): no BEGIN, no COMMIT. Both together are two statements, in one transaction.
+        # One kind of write alone is one statement (and reads only for refused fences): no
+        # BEGIN, no COMMIT. More than one kind are a statement each, in one transaction.
+        kinds_of_write = bool(steps) + bool(ends) + bool(renewals)
         scope = (
-            self._stores.scope.transaction() if steps and ends else self._stores.scope.statement()
+            self._stores.scope.transaction()
+            if kinds_of_write > 1
+            else self._stores.scope.statement()
         )
         async with scope as inner:
+            if renewals:
+                renewed = await self._stores.runs.renew_many(
+                    inner, [fence for _, fence in renewals]
+                )
+                results.update(zip((index for index, _ in renewals), renewed, strict=True))
             if steps:
                 stepped = await self._stores.events.renew_and_append_many(
                     inner, [write for _, write in steps]
@@ -415,7 +429,8 @@ class AgentRuns:
             return run
 
     async def cancel(self, run_id: UUID) -> AgentRun:
-        """End a queued or leased run CANCELLED at once; its holder's next renewal fails.
+        """End a queued or leased run CANCELLED at once; its holder's next renewal fails, and
+        the holder is told on commit, so its running step is cancelled (ADRs/0023).
 
         A run whose kind is not registered here may still be cancelled if its kind kept no
         domain row when it was enqueued; one whose kind did raises UnknownKind, since only its

@@ -12,6 +12,10 @@ in the order it made them. A group is written by
 fence refuses only its run. If the group's transaction fails as a whole (a deadlock, a lost
 connection), each write is retried alone, so every run still gets its own answer.
 
+A worker's heartbeats (ADRs/0023) go the same way: :meth:`GroupSettler.renew_many` hands in
+the renewal of every run whose step has run long, and they are written with the group, a
+set-based fenced update of the leases, each answered on its own.
+
 Workers share groups: :meth:`GroupSettler.shared` gives every worker built on one
 :class:`AgentRuns` the same settler (one per event loop), so the runs of all of a process's
 claimers settle together, however the host split its claiming.
@@ -24,14 +28,14 @@ from collections import deque
 from collections.abc import Sequence
 from weakref import WeakKeyDictionary
 
-from agentruns.app.ports import EndWrite, RunEvent, StepWrite
+from agentruns.app.ports import EndWrite, RenewWrite, RunEvent, StepWrite
 from agentruns.app.runs import AgentRuns
 from agentruns.domain.errors import AgentRunsError, StoreUnavailable
 from agentruns.domain.payload import JsonObject
 from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.termination import TerminationReason
 
-_Write = StepWrite | EndWrite
+_Write = StepWrite | EndWrite | RenewWrite
 _Result = RunEvent | AgentRunsError | None
 
 
@@ -79,6 +83,38 @@ class GroupSettler:
         result = await self._submit(EndWrite(fence, reason))
         if result is not None:
             raise _unexpected(result)
+
+    async def renew_many(self, fences: Sequence[AgentRunFence]) -> list[AgentRunsError | None]:
+        """Heartbeats: renew each fence's lease with the group (as :meth:`AgentRuns.renew`,
+        nothing read back); one answer per fence, in order: None, or the error its renewal met
+        (:class:`~agentruns.LeaseLost` for a run no longer held). The fences name distinct
+        runs."""
+        loop = asyncio.get_running_loop()
+        answers: list[asyncio.Future[_Result]] = []
+        for fence in fences:
+            answer: asyncio.Future[_Result] = loop.create_future()
+            self._pending.append((RenewWrite(fence), answer))
+            answers.append(answer)
+        self._start_writers()
+        results: list[AgentRunsError | None] = []
+        for answer in answers:
+            try:
+                result = await answer
+            except AgentRunsError as failed:
+                results.append(failed)
+                continue
+            if isinstance(result, AgentRunsError):
+                results.append(result)
+            elif result is not None:
+                raise _unexpected(result)
+            else:
+                results.append(None)
+        return results
+
+    def _start_writers(self) -> None:
+        while len(self._writers) < self._max_writers and len(self._writers) < len(self._pending):
+            writer = asyncio.create_task(self._write_groups())
+            self._writers.add(writer)
 
     async def _submit(self, write: _Write) -> RunEvent | None:
         answer: asyncio.Future[_Result] = asyncio.get_running_loop().create_future()
@@ -155,6 +191,9 @@ class GroupSettler:
         try:
             if isinstance(write, StepWrite):
                 return await self._runs.step_boundary(write.fence, write.type, write.data)
+            if isinstance(write, RenewWrite):
+                await self._runs.renew(write.fence)
+                return None
             await self._runs.end(write.fence, write.reason)
             return None
         except Exception as failed:  # the write's own answer, whatever it is

@@ -15,7 +15,10 @@ its duration; its spans (claim, steps, end) go to the tracing port. With a holde
 loop keeps the worker's holder row beside it (:mod:`agentruns.app.holders`). A kind of
 :class:`~agentruns.app.recorded.RecordedSteps` reads its recorded steps once when claimed again
 and replays them (ADRs/0022); each step's work is bounded by its kind's step timeout
-(:mod:`agentruns.app.boundaries`).
+(:mod:`agentruns.app.boundaries`). While a step runs long, the worker's lease keeper renews its
+lease in the background with the group, and stops the step (its task cancelled, the run ended
+as lost, or cancelled) when a renewal finds the lease lost or a cancel is heard; what the step
+does on cancellation is bounded by ``cancel_grace`` (:mod:`agentruns.app.keeper`, ADRs/0023).
 """
 
 from __future__ import annotations
@@ -30,9 +33,10 @@ from datetime import timedelta
 from agentruns.app.boundaries import StepBoundaries
 from agentruns.app.claimer import GroupClaimer
 from agentruns.app.holders import HolderHeartbeat
+from agentruns.app.keeper import LeaseKeeper
 from agentruns.app.kinds import RunKind, RunKinds, StepEvent
 from agentruns.app.metrics import Metrics, NoMetrics
-from agentruns.app.ports import HolderStore, NewFailure, Notifier
+from agentruns.app.ports import Clock, HolderStore, NewFailure, Notifier
 from agentruns.app.recorded import RecordedSteps, StepContext
 from agentruns.app.runs import AgentRuns
 from agentruns.app.settler import GroupSettler
@@ -95,9 +99,25 @@ class Worker:
         holders: HolderStore | None = None,
         renewal: timedelta = timedelta(seconds=10),
         process: str = "python",
+        cancel_grace: float = 5.0,
+        heartbeat: float | None = None,
+        clock: Clock | None = None,
     ) -> None:
         if concurrency < 1:
             raise ValueError("a worker needs a concurrency of at least 1")
+        # The heartbeat through long steps and the stop of a lost or cancelled run's step
+        # (ADRs/0023): ``cancel_grace`` bounds what a cancelled step does before it is cancelled
+        # again; ``heartbeat`` is how often the keeper looks (default: a tenth of the shortest
+        # lease in flight, at most 1 s); ``clock``, a clock it also reads (the test kit's).
+        self.keeper = LeaseKeeper(
+            runs,
+            notifier,
+            group_commit=group_commit,
+            grace=cancel_grace,
+            interval=heartbeat,
+            clock=clock,
+            metrics=metrics,
+        )
         # With a holder store, run() keeps this worker's holder row (agentruns.app.holders):
         # written at start and about every `renewal`, marked stopped on a clean stop.
         self._holders = holders
@@ -186,14 +206,19 @@ class Worker:
         """Each step's work, then its boundary (renew, then persist its event), each timed and
         spanned. A step's own error ends its span marked with the failure and goes on up."""
         boundary = StepBoundaries(self._runs, self._metrics, run, kind, trace, settler)
-        if isinstance(kind.steps, RecordedSteps):
-            await self._recorded(run, kind.steps, boundary)
-            return
-        steps = kind.steps(run)
-        while True:
-            event = await boundary.step(lambda: anext(steps))
-            if event is None:
+        keeper = self.keeper
+        keeper.watch(boundary)
+        try:
+            if isinstance(kind.steps, RecordedSteps):
+                await self._recorded(run, kind.steps, boundary)
                 return
+            steps = kind.steps(run)
+            while True:
+                event = await boundary.step(lambda: anext(steps))
+                if event is None:
+                    return
+        finally:
+            keeper.forget(boundary)
 
     async def _recorded(
         self, run: AgentRun, steps: RecordedSteps, boundary: StepBoundaries
@@ -375,10 +400,21 @@ class Worker:
                 extra={"holder": self.holder, "in_flight": len(running), "grace_seconds": grace},
             )
         if running:
-            _, pending = await asyncio.wait(running, timeout=grace)
+            # While the runs in flight finish, the notifier is still read: a cancel sent during
+            # the grace still reaches its step (ADRs/0023); wake-ups are let go.
+            hearing = asyncio.create_task(self._hear_cancels())
+            try:
+                _, pending = await asyncio.wait(running, timeout=grace)
+            finally:
+                hearing.cancel()
+                await asyncio.gather(hearing, return_exceptions=True)
             for task in pending:
                 task.cancel()
             await asyncio.gather(*pending, return_exceptions=True)
+
+    async def _hear_cancels(self) -> None:
+        while True:
+            await self._notifier.wait(self._poll_interval)
 
     def _freed(self, task: asyncio.Task[RunOutcome]) -> None:
         self._running.discard(task)

@@ -16,15 +16,21 @@ at which production would act, so backoffs, deadlines, budget holds and lost lea
 test without waiting. With schedules (``harness(kind, schedules=[...])``) and
 ``drain(until=...)``, it also moves the clock across every schedule tick up to ``until``, so a
 test can say "after three days, three digests ran".
+
+A step that stands for a long call (a model call of minutes) says so with
+``await harness.elapse(timedelta(minutes=5))``: the clock moves a fraction of the shortest lease
+at a time and the worker's heartbeat beats between the moves, so the step keeps its lease as it
+would in production (ADRs/0023); a step that moved the clock past its lease in one jump loses it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import random
 from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 from types import TracebackType
 from typing import Protocol, Self
 
@@ -72,7 +78,9 @@ class AgentRunsHarness:
         self.stores: Stores = family.stores
         self.kinds: RunKinds = container.kinds()
         self.runs: AgentRuns = container.runs()
-        self.worker: Worker = container.worker(holder="test-worker")
+        # The worker's heartbeat reads the manual clock too: a step that lets time pass on it
+        # (elapse) is renewed as production would renew a step that long.
+        self.worker: Worker = container.worker(holder="test-worker", clock=clock)
         self.reaper: AgentRunReaper = container.reaper()
         self.schedules: AgentSchedules = container.schedules()
         self.scheduler: AgentScheduler = container.scheduler()
@@ -164,6 +172,25 @@ class AgentRunsHarness:
             if candidate is not None and now < candidate <= until
         ]
         return min(later, default=None)
+
+    async def elapse(self, duration: timedelta) -> None:
+        """Let ``duration`` pass on the manual clock, from inside a step, as a long call would:
+        the clock moves at most a sixth of the shortest registered lease at a time, and the
+        worker's heartbeat looks between the moves (renewing the steps that have run a third of
+        their lease). A step whose run was lost or cancelled meanwhile sees CancelledError here,
+        as a production step would in its call."""
+        if duration < timedelta(0):
+            raise ValueError("time does not go back")
+        leases = [self.kinds.get(name).policy.lease for name in self.kinds.names()]
+        stride = min(leases, default=duration) / 6
+        left = duration
+        await self.worker.keeper.beat()
+        while left > timedelta(0):
+            move = min(stride, left) if stride > timedelta(0) else left
+            self.clock.advance(move)
+            left -= move
+            await self.worker.keeper.beat()
+            await asyncio.sleep(0)  # a stopped step's cancel lands here
 
     async def close(self) -> None:
         """Release what the family holds (a PostgreSQL pool); closing twice does nothing."""

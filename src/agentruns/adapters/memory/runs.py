@@ -148,10 +148,26 @@ class MemoryRunStore(RunStore):
     async def end(
         self, tx: Transaction, run_id: UUID, reason: TerminationReason, fence: AgentRunFence | None
     ) -> AgentRun:
-        self._database.check(tx)
+        database = self._database.check(tx)
         run = self._existing(run_id)
         change = transitions.end(run, reason, now=self._clock.now(), fence=fence)
+        if fence is None and run.state is AgentRunState.LEASED:
+            # Ended under its holder: the holder is told once the end commits (ADRs/0023).
+            database.on_commit(lambda: self._notifier.cancelled(run_id))
         return self._write(tx, run.apply(change))
+
+    async def renew_many(
+        self, tx: Transaction, fences: Sequence[AgentRunFence]
+    ) -> list[AgentRunsError | None]:
+        results: list[AgentRunsError | None] = []
+        for fence in fences:
+            try:
+                await self.renew(tx, fence)
+            except (LeaseLost, RunNotFound) as refused:  # the domain refused before writing
+                results.append(refused)
+            else:
+                results.append(None)
+        return results
 
     async def end_many(
         self, tx: Transaction, ends: Sequence[EndWrite], *, ended_runs: bool = True

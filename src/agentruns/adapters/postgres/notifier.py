@@ -1,4 +1,5 @@
-"""Wake-up by LISTEN on channel ``agent_run``, on a connection of its own, with a poll fallback.
+"""Wake-up by LISTEN on channel ``agent_run``, on a connection of its own, with a poll fallback;
+cancels heard on channel ``agent_run_cancel`` on the same connection (ADRs/0023).
 
 The listening connection runs nothing else: a listener that shares its connection with queries
 stalls them while it waits. Once it listens, a NOTIFY sent while nobody waits is queued on the
@@ -11,12 +12,21 @@ LISTEN needs a session of its own: through a transaction pooler it would listen 
 connection that serves other clients between two transactions, and hear nothing of its own.
 There the notifier listens on ``listen_url`` (a direct connection to the server), or, without
 one, not at all: every wait sleeps out its time, and it says so once.
+
+A cancel of a leased run sends its id on ``agent_run_cancel`` in the cancel's transaction. The
+one listening connection hears both channels: a wait that reads a cancel calls the
+:meth:`~PostgresNotifier.on_cancel` subscribers and goes on waiting for a wake-up, so a cancel
+never costs a claim. Cancels are read only while some worker waits on the notifier (a worker's
+loop waits whenever it is not claiming); one sent while the connection was down is missed, and
+the holder's heartbeat finds the end instead.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Callable
+from uuid import UUID
 
 import psycopg
 
@@ -24,6 +34,7 @@ from agentruns.adapters.postgres.connections import ConnectionOptions, libpq_url
 from agentruns.app.ports import Notifier
 
 CHANNEL = "agent_run"
+CANCEL_CHANNEL = "agent_run_cancel"
 
 log = logging.getLogger("agentruns.notifier")
 
@@ -41,6 +52,28 @@ class PostgresNotifier(Notifier):
         self._warned = False
         self._connection: psycopg.AsyncConnection[object] | None = None
         self._lock = asyncio.Lock()
+        self._cancel_callbacks: list[Callable[[UUID], None]] = []
+
+    def on_cancel(self, callback: Callable[[UUID], None]) -> Callable[[], None]:
+        self._cancel_callbacks.append(callback)
+
+        def unsubscribe() -> None:
+            if callback in self._cancel_callbacks:
+                self._cancel_callbacks.remove(callback)
+
+        return unsubscribe
+
+    def _cancelled(self, payload: str) -> None:
+        try:
+            run_id = UUID(payload)
+        except ValueError:
+            log.warning("a cancel notification without a run id: %r", payload[:100])
+            return
+        for callback in list(self._cancel_callbacks):
+            try:
+                callback(run_id)
+            except Exception:  # one subscriber's bug must not stop the others, nor the wait
+                log.exception("a cancel subscriber failed")
 
     @property
     def listens(self) -> bool:
@@ -71,6 +104,7 @@ class PostgresNotifier(Notifier):
                 application_name=self._options.application_name,
             )
             await connection.execute(f"LISTEN {CHANNEL}")
+            await connection.execute(f"LISTEN {CANCEL_CHANNEL}")
         except (psycopg.Error, OSError):
             if connection is not None:
                 await connection.close()
@@ -97,9 +131,24 @@ class PostgresNotifier(Notifier):
                     return True  # a run may have been queued before we listened: claim now
                 await asyncio.sleep(seconds)
                 return False
+            loop = asyncio.get_running_loop()
+            deadline = loop.time() + seconds
             try:
-                async for _ in connection.notifies(timeout=max(seconds, 0.001), stop_after=1):
-                    return True
+                # The timeout bounds the whole wait: a cancel read on the way is told to its
+                # subscribers and the wait goes on; only a wake-up ends it early. Each batch
+                # the server sent is read to its end (leaving it would drop the rest of it).
+                while True:
+                    woken = False
+                    left = max(deadline - loop.time(), 0.001)
+                    async for notify in connection.notifies(timeout=left, stop_after=1):
+                        if notify.channel == CANCEL_CHANNEL:
+                            self._cancelled(notify.payload)
+                        else:
+                            woken = True
+                    if woken:
+                        return True
+                    if loop.time() >= deadline:
+                        return False
             except (psycopg.Error, OSError):
                 await self._drop()
             return False

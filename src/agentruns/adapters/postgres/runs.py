@@ -268,6 +268,18 @@ class PostgresRunStore(RunStore):
             await self.refuse_fenced(tx, fence)
         return run
 
+    async def renew_many(
+        self, tx: Tx, fences: Sequence[AgentRunFence]
+    ) -> list[AgentRunsError | None]:
+        if not fences:
+            return []
+        writes = _group_writes([(fence, ()) for fence in fences])
+        rows = await fetch(tx, sql.RENEW_MANY, {**self._params(), "writes": writes})
+        results: list[AgentRunsError | None] = []
+        for fence, row in zip(fences, rows, strict=True):
+            results.append(None if row["renewed"] else await self.why(tx, fence))
+        return results
+
     async def end(
         self, tx: Tx, run_id: UUID, reason: TerminationReason, fence: AgentRunFence | None
     ) -> AgentRun:

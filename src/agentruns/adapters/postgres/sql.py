@@ -104,12 +104,24 @@ ended AS (
 SELECT * FROM ended
 """)
 
+# An end without a fence of a leased run (a cancel: the reaper ends only queued runs so) tells its
+# holder: a NOTIFY on channel agent_run_cancel with the run's id, sent at commit (ADRs/0023). The
+# state it had is the row the statement read (``was``): a claim that committed between that read
+# and the update's lock leaves the holder untold, and its heartbeat finds the end instead. The
+# NOTIFY is an output column, so it is evaluated for each ended row (an unread one may not be).
 END_UNFENCED = statement(f"""
-WITH clock AS (SELECT {NOW} AS now)
-UPDATE agent_run SET state = 'ended', head = false, leased_until = NULL, end_reason = :reason,
-                     ended_at = clock.now
-FROM clock WHERE id = :run_id AND state IN ('queued', 'leased')
-RETURNING {RUN_COLUMNS}
+WITH clock AS (SELECT {NOW} AS now),
+ended AS (
+    UPDATE agent_run r SET state = 'ended', head = false, leased_until = NULL,
+                           end_reason = :reason, ended_at = clock.now
+    FROM clock, agent_run was
+    WHERE r.id = :run_id AND was.id = r.id AND r.state IN ('queued', 'leased')
+    RETURNING {_R_COLUMNS}, was.state AS was_state
+)
+SELECT ended.*,
+       CASE WHEN ended.was_state = 'leased'
+            THEN CAST(pg_notify('agent_run_cancel', CAST(ended.id AS text)) AS text) END AS told
+FROM ended
 """)
 
 REQUEUE = statement(f"""
@@ -541,6 +553,20 @@ appended AS (
 )
 SELECT w.ord, n.id IS NOT NULL AS renewed, n.events AS seq, n.renewed_at AS created_at
 FROM w LEFT JOIN renewed n ON n.id = w.id
+ORDER BY w.ord
+""")
+
+# The heartbeats of a group (ADRs/0023): each lease pushed to now + its length under its own
+# fence, nothing else written (no event, no read back); the ids renewed come back.
+RENEW_MANY = statement(f"""
+WITH clock AS (SELECT {NOW} AS now),
+w AS ({_GROUP.format(extra="")}),
+renewed AS (
+    UPDATE agent_run r SET leased_until = clock.now + r.lease
+    FROM w, clock WHERE {_GROUP_FENCE}
+    RETURNING r.id
+)
+SELECT w.ord, n.id IS NOT NULL AS renewed FROM w LEFT JOIN renewed n ON n.id = w.id
 ORDER BY w.ord
 """)
 
