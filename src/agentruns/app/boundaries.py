@@ -8,7 +8,7 @@ retryable timeout: the bound is this process's own (monotonic) time, as the shut
 While a step's work runs, the boundaries say so (:attr:`StepBoundaries.working`: when it began)
 for the worker's lease keeper (:mod:`agentruns.app.keeper`, ADRs/0023), which renews the lease
 of a step that runs long and stops one whose run was lost or cancelled: it cancels the run's
-task inside the work, and :meth:`StepBoundaries.step` turns that cancellation into
+task inside the work, and :meth:`StepBoundaries.steps` turns that cancellation into
 :class:`~agentruns.LeaseLost` (taking back only the cancels the keeper made, so a shutdown's
 cancel still goes up as a cancel). A step that swallowed the cancel and returned writes nothing.
 """
@@ -121,55 +121,76 @@ class StepBoundaries:
 
     async def step(
         self, work: Callable[[], Awaitable[StepEvent]], label: str | None = None
-    ) -> StepEvent | None:
+    ) -> StepEvent:
         """Run one step's ``work`` (cancelled past the kind's step timeout) and write its
-        event; None when the steps were done (the work raised StopAsyncIteration)."""
-        span = self._trace.step(self._index)
-        began = time.perf_counter()
-        if self.lost is not None:  # told between two steps: this one does not start
-            span.drop()
-            raise self.lost
-        self.working = began
-        try:
-            if self._timeout is None:
-                event = await work()
-            else:
-                event = await self._bounded(work, label)
-        except StopAsyncIteration:
-            self.working = None
-            span.drop()  # no step: the steps were done
-            return None
-        except (LeaseLost, StoreUnavailable):
-            self.working = None
-            span.end()
-            raise
-        except asyncio.CancelledError:
-            self.working = None
-            span.end()
-            lost = self._stopped()
-            if lost is None:
-                raise
-            raise lost from None
-        except Exception as error:
-            self.working = None
-            span.end(
-                describe_failure(error, self._kind.classify(error).failure_class, self.run.payload)
-            )
-            raise
-        self.working = None
-        if self.lost is not None:  # the step swallowed the keeper's cancel: nothing is written
-            span.end()
-            self._stopped()
-            raise self.lost
-        try:
-            fence = self.run.fence
-            if self._settler is not None:
-                await self._settler.step_boundary(fence, event.type, event.data)
-            else:
-                await self._runs.step_boundary(fence, event.type, event.data)
-        finally:
-            span.end()
-        self._metrics.renewed(self.run.kind)
-        self._metrics.stepped(self.run.kind, time.perf_counter() - began)
-        self._index += 1
+        event; the event (a recorded step's: its work always returns one)."""
+        event = await self.steps(work, label, once=True)
+        assert event is not None  # the work returned an event
         return event
+
+    async def steps(
+        self,
+        work: Callable[[], Awaitable[StepEvent]],
+        label: str | None = None,
+        *,
+        once: bool = False,
+    ) -> StepEvent | None:
+        """Steps while ``work`` gives events (a generator's ``__anext__``): each bounded by the
+        kind's step timeout, timed, spanned and written; None once the work raises
+        StopAsyncIteration (the steps were done). With ``once``, one step, and its event.
+
+        One coroutine for all of a generator's steps, with no closure per step: the loop of a
+        plain kind is the worker's hot path (issue 23's regression guard)."""
+        while True:
+            span = self._trace.step(self._index)
+            began = time.perf_counter()
+            if self.lost is not None:  # told between two steps: this one does not start
+                span.drop()
+                raise self.lost
+            self.working = began
+            try:
+                if self._timeout is None:
+                    event = await work()
+                else:
+                    event = await self._bounded(work, label)
+            except StopAsyncIteration:
+                self.working = None
+                span.drop()  # no step: the steps were done
+                return None
+            except (LeaseLost, StoreUnavailable):
+                self.working = None
+                span.end()
+                raise
+            except asyncio.CancelledError:
+                self.working = None
+                span.end()
+                lost = self._stopped()
+                if lost is None:
+                    raise
+                raise lost from None
+            except Exception as error:
+                self.working = None
+                span.end(
+                    describe_failure(
+                        error, self._kind.classify(error).failure_class, self.run.payload
+                    )
+                )
+                raise
+            self.working = None
+            if self.lost is not None:  # the step swallowed the keeper's cancel: nothing written
+                span.end()
+                self._stopped()
+                raise self.lost
+            try:
+                fence = self.run.fence
+                if self._settler is not None:
+                    await self._settler.step_boundary(fence, event.type, event.data)
+                else:
+                    await self._runs.step_boundary(fence, event.type, event.data)
+            finally:
+                span.end()
+            self._metrics.renewed(self.run.kind)
+            self._metrics.stepped(self.run.kind, time.perf_counter() - began)
+            self._index += 1
+            if once:
+                return event

@@ -212,11 +212,7 @@ class Worker:
             if isinstance(kind.steps, RecordedSteps):
                 await self._recorded(run, kind.steps, boundary)
                 return
-            steps = kind.steps(run)
-            while True:
-                event = await boundary.step(lambda: anext(steps))
-                if event is None:
-                    return
+            await boundary.steps(kind.steps(run).__anext__)
         finally:
             keeper.forget(boundary)
 
@@ -239,9 +235,7 @@ class Worker:
             async def event() -> StepEvent:
                 return StepEvent(RECORDED_STEP, await work())
 
-            written = await boundary.step(event, label)
-            assert written is not None  # the work returned an event
-            return written.data
+            return (await boundary.step(event, label)).data
 
         await steps.function(run, StepContext(run, replay, record))
         replay.finish()
