@@ -14,6 +14,7 @@ from agentruns.domain.errors import InvalidRequest, KeyConflict, UnknownKind
 from agentruns.domain.keys import DEFAULT_KEY_RETENTION
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
+from examples.review import ReviewStatus
 from tests.contract.conftest import Backend
 from tests.contract.kinds import policy, scripted_steps
 
@@ -228,3 +229,19 @@ def test_the_default_retention_is_a_day() -> None:
     assert policy("chat").key_retention == DEFAULT_KEY_RETENTION == timedelta(hours=24)
     with pytest.raises(InvalidRequest, match="retention"):
         policy("chat", key_retention=timedelta(seconds=-1))
+
+
+async def test_a_kind_with_a_domain_row_moves_it_only_for_a_new_run(
+    runs: AgentRuns, backend: Backend
+) -> None:
+    """The handler's ``on_moved`` runs with the insert; a duplicate enqueue writes nothing, so
+    the review job of a leased run stays running."""
+    first = await runs.enqueue_once("review", workspace="acme", subject="review:1", key="k")
+    [leased] = await runs.claim("w")
+    again = await runs.enqueue_once("review", workspace="acme", subject="review:1", key="k")
+    assert not again.created
+    assert again.run.id == first.run.id == leased.id
+    async with backend.stores.scope.transaction() as tx:
+        job = await backend.review_jobs.get(tx, first.run.id)
+    assert job is not None
+    assert job.status is ReviewStatus.RUNNING
