@@ -37,6 +37,8 @@ and PostgreSQL adapters raise the same exception for the same conflict.
 
 from __future__ import annotations
 
+from uuid import UUID
+
 from agentruns.domain.failures import ConfigurationError
 
 
@@ -75,7 +77,7 @@ class KeyConflict(InvalidRequest):
     """An enqueue's key still names a run (in the same workspace) of another kind, subject or
     payload. Nothing was written; ``run_id`` is the run the key names."""
 
-    def __init__(self, message: str, run_id: object) -> None:
+    def __init__(self, message: str, run_id: UUID | None = None) -> None:
         super().__init__(message)
         self.run_id = run_id
 
