@@ -193,9 +193,13 @@ class RunStore(Protocol):
         for one new key: the second waits for the first to commit, then gets ``None``."""
         ...
 
-    async def key_holder(self, tx: Transaction, workspace: str, key: str) -> UUID | None:
-        """The run ``key`` names in ``workspace`` (even one since purged), locking the key
-        until the transaction ends; ``None`` if the key names no run."""
+    async def key_holder(
+        self, tx: Transaction, workspace: str, key: str
+    ) -> tuple[UUID, datetime] | None:
+        """The run ``key`` names in ``workspace`` (even one since purged) and the store's now,
+        locking the key until the transaction ends; ``None`` if the key names no run. The run
+        is read in a statement of its own (:meth:`get`): a locking read joined to the run would
+        see the run the key named before a concurrent move, not the one it names now."""
         ...
 
     async def rekey(self, tx: Transaction, new: NewRun) -> AgentRun:

@@ -248,8 +248,9 @@ class AgentRuns:
             holder = await runs.key_holder(tx, new.workspace, new.key)
             if holder is None:
                 continue  # the key went (purged with its run) after the insert saw it
-            existing = await runs.get(tx, holder)
-            if keys.held(existing, await runs.now(tx), kept_for):
+            run_id, now = holder
+            existing = await runs.get(tx, run_id)
+            if keys.held(existing, now, kept_for):
                 assert existing is not None
                 same = keys.check_same(
                     existing,

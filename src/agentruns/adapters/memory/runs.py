@@ -113,9 +113,12 @@ class MemoryRunStore(RunStore):
             return None
         return await self.rekey(tx, new)
 
-    async def key_holder(self, tx: Transaction, workspace: str, key: str) -> UUID | None:
+    async def key_holder(
+        self, tx: Transaction, workspace: str, key: str
+    ) -> tuple[UUID, datetime] | None:
         self._database.check(tx)
-        return self._keys.get((workspace, key))
+        run_id = self._keys.get((workspace, key))
+        return None if run_id is None else (run_id, self._clock.now())
 
     async def rekey(self, tx: Transaction, new: NewRun) -> AgentRun:
         self._database.check(tx)

@@ -208,9 +208,9 @@ class PostgresRunStore(RunStore):
     async def insert_keyed(self, tx: Tx, new: NewRun) -> AgentRun | None:
         return await self._one(tx, sql.INSERT_KEYED, **self._new_params(new))
 
-    async def key_holder(self, tx: Tx, workspace: str, key: str) -> UUID | None:
-        rows = await fetch(tx, sql.KEY_HOLDER, {"workspace": workspace, "key": key})
-        return rows[0]["run_id"] if rows else None
+    async def key_holder(self, tx: Tx, workspace: str, key: str) -> tuple[UUID, datetime] | None:
+        rows = await fetch(tx, sql.KEY_HOLDER, self._params(workspace=workspace, key=key))
+        return (rows[0]["run_id"], rows[0]["now"]) if rows else None
 
     async def rekey(self, tx: Tx, new: NewRun) -> AgentRun:
         run = await self._one(tx, sql.REKEY, **self._new_params(new))

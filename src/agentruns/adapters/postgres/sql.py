@@ -95,8 +95,9 @@ RETURNING {RUN_COLUMNS}, enqueue_key
 
 # The run a key names, its row locked until the transaction ends: an enqueue that finds the key
 # past its run's retention moves it (REKEY) with no other enqueue of that key in between.
-KEY_HOLDER = statement("""
-SELECT run_id FROM agent_run_key WHERE workspace = :workspace AND key = :key FOR UPDATE
+KEY_HOLDER = statement(f"""
+SELECT run_id, {NOW} AS now FROM agent_run_key
+WHERE workspace = :workspace AND key = :key FOR UPDATE
 """)
 
 REKEY = statement(f"""
