@@ -32,9 +32,15 @@ def _kinds() -> RunKinds:
 
 
 @pytest.fixture
-async def two_sides(postgres_url: str) -> AsyncIterator[tuple[AgentRuns, AgentRuns]]:
+def clock() -> ManualClock:
+    return ManualClock(START)
+
+
+@pytest.fixture
+async def two_sides(
+    postgres_url: str, clock: ManualClock
+) -> AsyncIterator[tuple[AgentRuns, AgentRuns]]:
     """Two AgentRuns as two processes would hold them: each its own pool, on one database."""
-    clock = ManualClock(START)
     families = [PostgresFamily(postgres_url, clock, pool_size=8) for _ in range(2)]
     try:
         left, right = (
@@ -109,4 +115,37 @@ async def test_pairs_racing_for_keys_past_their_retention_make_one_new_run_each(
         assert one.run.id == two.run.id
         assert sorted([one.created, two.created]) == [False, True]
     assert await _count(postgres_url, "agent_run") == 2 * len(keys)
+    assert await _count(postgres_url, "agent_run_key") == len(keys)
+
+
+async def test_enqueues_racing_a_purge_of_their_keys_runs_make_one_run_per_key(
+    two_sides: tuple[AgentRuns, AgentRuns], postgres_url: str, clock: ManualClock
+) -> None:
+    """The purge deletes a key with its run unless an enqueue moved the key first; an enqueue
+    that finds the key gone after its insert saw it takes it again. Either way: one new run per
+    key, and the key names it."""
+    left, right = two_sides
+    keys = [f"purged-{n}" for n in range(200)]
+    old = set()
+    for key in keys:
+        ended = await left.enqueue("ping", workspace="acme", subject=f"s:{key}", key=key)
+        await left.cancel(ended.id)
+        old.add(ended.id)
+    clock.advance(timedelta(minutes=10))
+    purge = asyncio.create_task(left.purge(timedelta(minutes=5), batch=10))
+    pairs = await _race(left, right, "ping", keys)
+    purged = await purge
+    assert purged == len(keys)  # every old run, whichever side of each key it lost to
+    for one, two in pairs:
+        assert one.run.id == two.run.id
+        assert one.run.id not in old
+        assert sorted([one.created, two.created]) == [False, True]
+    async with await psycopg.AsyncConnection.connect(postgres_url) as conn:
+        cursor = await conn.execute(
+            "SELECT count(*) FROM agent_run_key k JOIN agent_run r ON r.id = k.run_id "
+            "WHERE r.state = 'queued'"
+        )
+        row = await cursor.fetchone()
+    assert row is not None
+    assert row[0] == len(keys)
     assert await _count(postgres_url, "agent_run_key") == len(keys)
