@@ -60,6 +60,7 @@ _HOMES: dict[str, str] = {
     # The use cases
     "AgentRuns": "agentruns.app.runs",
     "RunPage": "agentruns.app.runs",
+    "Enqueued": "agentruns.app.runs",
     "Worker": "agentruns.app.worker",
     "WorkerStats": "agentruns.app.worker",
     "AgentRunReaper": "agentruns.app.reaper",
@@ -82,6 +83,7 @@ _HOMES: dict[str, str] = {
     "InvalidPayload": "agentruns.domain.errors",
     "InvalidBand": "agentruns.domain.errors",
     "InvalidDuration": "agentruns.domain.errors",
+    "KeyConflict": "agentruns.domain.errors",
     "IllegalTransition": "agentruns.domain.errors",
     "RunNotFound": "agentruns.domain.errors",
     "LeaseLost": "agentruns.domain.errors",
@@ -177,6 +179,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
     from agentruns.app.recorded import RecordedSteps as RecordedSteps, StepContext as StepContext
     from agentruns.app.runs import (
         AgentRuns as AgentRuns,
+        Enqueued as Enqueued,
         RunPage as RunPage,
     )
     from agentruns.app.sandbox_reaper import (
@@ -219,6 +222,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
         InvalidSchedule as InvalidSchedule,
         InvalidStepResult as InvalidStepResult,
         InvalidToken as InvalidToken,
+        KeyConflict as KeyConflict,
         LeaseExpired as LeaseExpired,
         LeaseLost as LeaseLost,
         RecordedStepError as RecordedStepError,

@@ -296,3 +296,30 @@ def test_runs_list_filters_pages_and_shows_the_last_failure(postgres_url: str) -
     assert [run["subject"] for run in json.loads(ok(rest))["runs"]] == ["pr:1"]
     shown_page = invoke(postgres_url, "runs", "list", "--limit", "2")
     assert f"--cursor {first_page['next_cursor']}" in shown_page.stderr
+
+
+def test_enqueue_with_a_key_prints_the_run_it_names_and_says_whether_it_is_new(
+    postgres_url: str,
+) -> None:
+    args = ["enqueue", REVIEW, "--kinds", KINDS, "--key", "webhook-9", "--payload", '{"steps": 1}']
+    first = invoke(postgres_url, *args)
+    again = invoke(postgres_url, *args)
+    run_id = UUID(ok(first).strip())
+    assert UUID(ok(again).strip()) == run_id
+    assert "new run, key 'webhook-9'" in first.stderr
+    assert f"already enqueued with key 'webhook-9': run {run_id} is queued" in again.stderr
+    run = shown(postgres_url, run_id)
+    assert run["key"] == "webhook-9"
+    assert run["subject"] == f"{REVIEW}:webhook-9"
+    table = ok(invoke(postgres_url, "runs", "show", str(run_id)))
+    assert "webhook-9" in table
+
+    other = invoke(postgres_url, *args[:-1], '{"steps": 2}')
+    assert other.exit_code != 0
+    assert f"names run {run_id}" in other.output
+    assert "payload differ" in other.output
+    bad = invoke(postgres_url, "enqueue", REVIEW, "--kinds", KINDS, "--key", "")
+    assert bad.exit_code != 0
+    assert "enqueue key" in bad.output
+    listed = json.loads(ok(invoke(postgres_url, "runs", "list", "--json")))
+    assert len(listed["runs"]) == 1

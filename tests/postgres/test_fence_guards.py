@@ -242,6 +242,7 @@ ILLEGAL = {
             ("lease", "interval '1 hour'"),
             ("deadline_at", "now() + interval '1 day'"),
             ("continues", "gen_random_uuid()"),
+            ("enqueue_key", "'another key'"),
         )
     },
     "claim that rewrites the payload": Illegal(

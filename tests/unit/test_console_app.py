@@ -143,6 +143,18 @@ async def test_a_run_page_redacts_its_event_and_payload_by_the_failures_rule(
     assert "chain" in page
 
 
+async def test_a_run_page_shows_its_enqueue_key(client: AgentRunsClient) -> None:
+    keyed = await client.runs.enqueue(
+        "summarise", workspace="acme", subject="doc:k", key="webhook-<7>"
+    )
+    plain = await client.runs.enqueue("summarise", workspace="acme", subject="doc:p")
+    async with _http(create_console(client)) as http:
+        keyed_page = (await http.get(f"/runs/{keyed.id}")).text
+        plain_page = (await http.get(f"/runs/{plain.id}")).text
+    assert '<td id="enqueue-key">webhook-&lt;7&gt;</td>' in keyed_page
+    assert '<td id="enqueue-key">-</td>' in plain_page
+
+
 TIME = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?![^<]*(?:UTC|Europe/Paris))")
 
 

@@ -62,7 +62,9 @@ class NewRun:
 
     ``due_at=None`` means due now (on the store's clock); ``epoch``, ``attempt`` and ``continues``
     are set only when a run continues an ended one. ``domain_row`` and ``trace_context`` are
-    stored as :class:`~agentruns.domain.run.AgentRun` describes them.
+    stored as :class:`~agentruns.domain.run.AgentRun` describes them; ``key`` is the enqueue
+    key (:meth:`RunStore.insert_keyed` and :meth:`RunStore.rekey` take it, ``insert`` stores it
+    without taking it).
     """
 
     id: UUID
@@ -80,6 +82,7 @@ class NewRun:
     continues: UUID | None = None
     domain_row: bool = False
     trace_context: dict[str, str] | None = None
+    key: str | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,6 +192,26 @@ class RunStore(Protocol):
     async def insert(self, tx: Transaction, new: NewRun) -> AgentRun:
         """Insert a QUEUED run: the next queue order, ``enqueued_at`` now, and a wake-up
         notification sent when the transaction commits."""
+        ...
+
+    async def insert_keyed(self, tx: Transaction, new: NewRun) -> AgentRun | None:
+        """Take ``new.key`` in ``new.workspace`` for ``new`` and insert it (as :meth:`insert`),
+        if no run holds that key yet; else ``None``, nothing written. Two transactions racing
+        for one new key: the second waits for the first to commit, then gets ``None``."""
+        ...
+
+    async def key_holder(
+        self, tx: Transaction, workspace: str, key: str
+    ) -> tuple[UUID, datetime] | None:
+        """The run ``key`` names in ``workspace`` (even one since purged) and the store's now,
+        locking the key until the transaction ends; ``None`` if the key names no run. The run
+        is read in a statement of its own (:meth:`get`): a locking read joined to the run would
+        see the run the key named before a concurrent move, not the one it names now."""
+        ...
+
+    async def rekey(self, tx: Transaction, new: NewRun) -> AgentRun:
+        """Point ``new.key`` (locked by :meth:`key_holder` in this transaction) at ``new`` and
+        insert it: the key's run ended past its retention or was purged."""
         ...
 
     async def get(self, tx: Transaction, run_id: UUID) -> AgentRun | None: ...

@@ -32,7 +32,7 @@ from agentruns.app.ports import (
     Transaction,
 )
 from agentruns.app.tracing import NoTracing, Tracing
-from agentruns.domain import limits
+from agentruns.domain import keys, limits
 from agentruns.domain.backoff import RandomSource
 from agentruns.domain.bands import DEFAULT_BAND_AGING, Band
 from agentruns.domain.errors import (
@@ -65,6 +65,16 @@ class RunPage:
 
     runs: list[AgentRun]
     next_cursor: str | None
+
+
+@dataclass(frozen=True, slots=True)
+class Enqueued:
+    """What :meth:`AgentRuns.enqueue_once` did: the run its key names, and whether this enqueue
+    made it (``created``) or found it already enqueued (``created`` is False: nothing was
+    written)."""
+
+    run: AgentRun
+    created: bool
 
 
 class _BudgetHeld(Exception):
@@ -144,14 +154,59 @@ class AgentRuns:
         payload: object = None,
         due_at: datetime | None = None,
         deadline_at: datetime | None = None,
+        key: str | None = None,
         tx: Transaction | None = None,
     ) -> AgentRun:
         """Queue a run. An unknown kind, a bad band, a name, payload or time outside the limits
         of :mod:`agentruns.domain.limits`, or a deadline not after the due time is refused
         (:class:`~agentruns.domain.errors.InvalidRequest`) before anything is written.
 
+        With a ``key``, enqueue at most once: if the key still names a run in ``workspace``
+        (one not ended, or ended within its kind's ``key_retention``), that run is returned and
+        nothing is written; a run of another kind, subject or payload is a
+        :class:`~agentruns.domain.errors.KeyConflict` (:mod:`agentruns.domain.keys`). Whether
+        the run is new is :meth:`enqueue_once`'s ``created``; the run carries its ``key``.
+
         With tracing on, the enqueue is a span in the caller's trace, and the run keeps that
         span's context: each attempt's spans link to it (ADRs/0014)."""
+        done = await self._enqueue(
+            kind, workspace, subject, band, payload, due_at, deadline_at, key, tx
+        )
+        return done.run
+
+    async def enqueue_once(
+        self,
+        kind: str,
+        *,
+        workspace: str,
+        subject: str,
+        key: str,
+        band: Band | str | int = Band.BATCH,
+        payload: object = None,
+        due_at: datetime | None = None,
+        deadline_at: datetime | None = None,
+        tx: Transaction | None = None,
+    ) -> Enqueued:
+        """:meth:`enqueue` with a key, saying whether the run is new: ``Enqueued(run,
+        created)``. Two enqueues racing with one key make one run and both get it."""
+        if key is None:
+            raise InvalidRequest("enqueue_once needs a key")
+        return await self._enqueue(
+            kind, workspace, subject, band, payload, due_at, deadline_at, key, tx
+        )
+
+    async def _enqueue(
+        self,
+        kind: str,
+        workspace: str,
+        subject: str,
+        band: Band | str | int,
+        payload: object,
+        due_at: datetime | None,
+        deadline_at: datetime | None,
+        key: str | None,
+        tx: Transaction | None,
+    ) -> Enqueued:
         registered = self._kinds.get(kind)
         due = limits.optional_moment(due_at, "due_at")
         deadline = limits.optional_moment(deadline_at, "deadline_at")
@@ -168,14 +223,46 @@ class AgentRuns:
             deadline_at=deadline,
             deadline_after=registered.policy.deadline,
             domain_row=registered.handler.has_domain_row,
+            key=None if key is None else keys.key(key),
         )
         with self._tracing.enqueue(new.kind, new.workspace, new.subject, new.id) as carrier:
             if carrier:
                 new = replace(new, trace_context=carrier)
             async with self.transaction(tx) as inner:
-                run = await self._stores.runs.insert(inner, new)
-                await registered.handler.on_moved(inner, run)
-        return run
+                if new.key is None:
+                    done = Enqueued(await self._stores.runs.insert(inner, new), created=True)
+                else:
+                    done = await self._keyed(inner, new, registered.policy.key_retention)
+                if done.created:
+                    await registered.handler.on_moved(inner, done.run)
+        return done
+
+    async def _keyed(self, tx: Transaction, new: NewRun, kept_for: timedelta) -> Enqueued:
+        """Insert ``new`` under its key, or find the run the key still names (nothing written).
+        A key whose run was purged between the two reads is taken again."""
+        assert new.key is not None
+        runs = self._stores.runs
+        for _ in range(_CONFLICT_RETRIES):
+            inserted = await runs.insert_keyed(tx, new)
+            if inserted is not None:
+                return Enqueued(inserted, created=True)
+            holder = await runs.key_holder(tx, new.workspace, new.key)
+            if holder is None:
+                continue  # the key went (purged with its run) after the insert saw it
+            run_id, now = holder
+            existing = await runs.get(tx, run_id)
+            if keys.held(existing, now, kept_for):
+                assert existing is not None
+                same = keys.check_same(
+                    existing,
+                    name=new.key,
+                    kind=new.kind,
+                    subject=new.subject,
+                    payload=new.payload,
+                )
+                return Enqueued(same, created=False)
+            return Enqueued(await runs.rekey(tx, new), created=True)
+        raise TransactionConflict(f"enqueue key {limits.shown(new.key)} kept moving: try again")
 
     async def claim(
         self, holder: str, *, limit: int = 1, kinds: Sequence[str] | None = None

@@ -8,6 +8,8 @@
     │   ├── InvalidPayload           the payload is not a JSON object
     │   ├── InvalidBand              no such band
     │   ├── InvalidDuration          not a duration, negative, or longer than a century
+    │   ├── KeyConflict              an enqueue key already names a run of another kind,
+    │   │                            subject or payload: nothing is written
     │   └── InvalidSchedule          a schedule that cannot tick (cron, timezone, template)
     ├── IllegalTransition            the state table does not allow the move
     ├── RunNotFound                  no run with that id
@@ -34,6 +36,8 @@ and PostgreSQL adapters raise the same exception for the same conflict.
 """
 
 from __future__ import annotations
+
+from uuid import UUID
 
 from agentruns.domain.failures import ConfigurationError
 
@@ -67,6 +71,15 @@ class InvalidBand(InvalidRequest):
 
 class InvalidDuration(InvalidRequest):
     """A duration that is not one (``7d``, ``PT30S``), is negative, or is absurdly long."""
+
+
+class KeyConflict(InvalidRequest):
+    """An enqueue's key still names a run (in the same workspace) of another kind, subject or
+    payload. Nothing was written; ``run_id`` is the run the key names."""
+
+    def __init__(self, message: str, run_id: UUID | None = None) -> None:
+        super().__init__(message)
+        self.run_id = run_id
 
 
 class InvalidSchedule(InvalidRequest):

@@ -8,6 +8,7 @@ from datetime import timedelta
 from agentruns.domain import limits
 from agentruns.domain.backoff import Backoff
 from agentruns.domain.errors import InvalidRequest
+from agentruns.domain.keys import DEFAULT_KEY_RETENTION, retention
 
 DEFAULT_RETRY_BUDGET = 3
 # Attempts are PostgreSQL integers; a budget beyond this many requeues is a mistake.
@@ -23,7 +24,11 @@ class RunKindPolicy:
     The lease is longer than zero and at most a day, the deadline longer than zero and at most
     366 days, the backoff's cap at most 366 days, the step timeout longer than zero and at most
     a day (:mod:`agentruns.domain.limits`). The step timeout is the holder process's own time,
-    as the shutdown grace is: a manual clock does not move it (ADRs/0022)."""
+    as the shutdown grace is: a manual clock does not move it (ADRs/0022).
+
+    ``key_retention`` is how long an enqueue key stays held after its run ended (zero: only
+    while the run has not ended; at most a century): an enqueue with the same key finds the
+    ended run until then, and makes a new run after (:mod:`agentruns.domain.keys`)."""
 
     name: str
     retry_budget: int = DEFAULT_RETRY_BUDGET
@@ -31,6 +36,7 @@ class RunKindPolicy:
     backoff: Backoff = field(default_factory=Backoff)
     deadline: timedelta | None = None
     step_timeout: timedelta | None = None
+    key_retention: timedelta = DEFAULT_KEY_RETENTION
 
     def __post_init__(self) -> None:
         # InvalidRequest is a ValueError: a bad policy fails where the host builds it.
@@ -44,5 +50,6 @@ class RunKindPolicy:
             limits.duration(self.deadline, "a deadline", longest=limits.MAX_DEADLINE)
         if self.step_timeout is not None:
             limits.duration(self.step_timeout, "a step timeout", longest=limits.MAX_LEASE)
+        retention(self.key_retention)
         if self.backoff.cap > limits.MAX_DELAY:
             raise InvalidRequest(f"a backoff's cap is at most {limits.MAX_DELAY}")

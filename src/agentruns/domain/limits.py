@@ -5,8 +5,8 @@ written, so a bad value is an :class:`~agentruns.domain.errors.InvalidRequest` o
 (never an outage, never half a write), and a value that is accepted reads back equal:
 
 ==========================  =====================================================================
-names                       workspace, subject, holder, event type, kind: text of 1 to
-                            :data:`MAX_NAME_LENGTH` characters, not only blanks
+names                       workspace, subject, holder, event type, kind, enqueue key: text
+                            of 1 to :data:`MAX_NAME_LENGTH` characters, not only blanks
 text                        every string, names and payload alike: valid Unicode (no lone
                             surrogate, so it encodes as UTF-8) and no NUL character, which
                             PostgreSQL cannot store
@@ -21,8 +21,9 @@ times                       timezone-aware datetimes whose UTC time falls within
 durations                   a kind's lease longer than zero and at most :data:`MAX_LEASE`; its
                             deadline longer than zero and at most :data:`MAX_DEADLINE`; a
                             requeue delay and a backoff cap at most :data:`MAX_DELAY`; a
-                            purge's retention at most :data:`MAX_RETENTION`; a schedule's
-                            period at most :data:`MAX_PERIOD`
+                            purge's retention and a kind's key retention at most
+                            :data:`MAX_RETENTION`; a schedule's period at most
+                            :data:`MAX_PERIOD`
 epochs                      integers from 0 to :data:`MAX_EPOCH` (PostgreSQL's ``integer``)
 ==========================  =====================================================================
 """

@@ -62,6 +62,9 @@ class AgentRun:
     is the enqueuer's trace, which the run's spans join; ``last_failure`` is its newest failure.
     ``claimed_at`` is when the current epoch's claim took the run (its queue wait is
     ``claimed_at - due_at`` while it is leased or once it ended; a requeue moves ``due_at``).
+    ``key`` is the enqueue key it was enqueued with (:mod:`agentruns.domain.keys`), fixed at
+    enqueue; the runs a claim, renewal or end hands back do not read it (``None`` there on
+    PostgreSQL), so it does not take part in equality.
     """
 
     id: UUID
@@ -87,6 +90,7 @@ class AgentRun:
     trace_context: dict[str, str] | None = field(default=None, compare=False)
     last_failure: LastFailure | None = None
     claimed_at: datetime | None = None
+    key: str | None = field(default=None, compare=False)
 
     @property
     def fence(self) -> AgentRunFence:

@@ -57,6 +57,8 @@ class MemoryRunStore(RunStore):
         self._seq = itertools.count(1)
         self._failures: MemoryTable[UUID, tuple[FailureRecord, ...]] = MemoryTable(database)
         self._failure_ids = itertools.count(1)
+        # Each enqueue key (by workspace) and the run it names, as agent_run_key holds them.
+        self._keys: MemoryTable[tuple[str, str], UUID] = MemoryTable(database)
 
     async def now(self, tx: Transaction) -> datetime:
         self._database.check(tx)
@@ -100,8 +102,30 @@ class MemoryRunStore(RunStore):
             continues=new.continues,
             domain_row=new.domain_row,
             trace_context=None if new.trace_context is None else dict(new.trace_context),
+            key=new.key,
         )
         return self._write(tx, run)
+
+    async def insert_keyed(self, tx: Transaction, new: NewRun) -> AgentRun | None:
+        self._database.check(tx)
+        assert new.key is not None
+        if self._keys.get((new.workspace, new.key)) is not None:
+            return None
+        return await self.rekey(tx, new)
+
+    async def key_holder(
+        self, tx: Transaction, workspace: str, key: str
+    ) -> tuple[UUID, datetime] | None:
+        self._database.check(tx)
+        run_id = self._keys.get((workspace, key))
+        return None if run_id is None else (run_id, self._clock.now())
+
+    async def rekey(self, tx: Transaction, new: NewRun) -> AgentRun:
+        self._database.check(tx)
+        assert new.key is not None
+        run = await self.insert(tx, new)
+        self._keys.put(tx, (new.workspace, new.key), new.id)
+        return run
 
     async def get(self, tx: Transaction, run_id: UUID) -> AgentRun | None:
         self._database.check(tx)
@@ -324,6 +348,11 @@ class MemoryRunStore(RunStore):
             and run.ended_at < ended_before
         ][:limit]
         for run_id in doomed:
+            run = self.rows.get(run_id)
+            assert run is not None
+            # A purged run's key goes with it, unless it already names a later run.
+            if run.key is not None and self._keys.get((run.workspace, run.key)) == run_id:
+                self._keys.delete(tx, (run.workspace, run.key))
             self.rows.delete(tx, run_id)
         return len(doomed)
 

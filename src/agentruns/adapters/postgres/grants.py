@@ -74,6 +74,11 @@ OBJECTS: tuple[Privileges, ...] = (
         "steps append (never rewritten); the trigger agent_run_gone deletes a purged run's",
     ),
     _table(
+        "agent_run_key",
+        _DML,
+        "an enqueue with a key takes or moves its row, a purge deletes its runs' rows",
+    ),
+    _table(
         "agent_run_failure",
         ("SELECT", "INSERT"),
         "failed attempts and take-backs append; a purged run's go by its key's cascade, which "

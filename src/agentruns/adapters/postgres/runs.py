@@ -84,6 +84,8 @@ def run_from_row(row: Row) -> AgentRun:
         last_failure=_last_failure(row),
         # The claim function (ddl/claim.sql) returns its own column list, without it.
         claimed_at=row.get("claimed_at"),
+        # Read by the enqueue, get and list statements only: no statement of the worker loop.
+        key=row.get("enqueue_key"),
     )
 
 
@@ -178,27 +180,42 @@ class PostgresRunStore(RunStore):
         now: datetime = rows[0]["now"]
         return now
 
+    def _new_params(self, new: NewRun) -> dict[str, Any]:
+        return {
+            "id": new.id,
+            "kind": new.kind,
+            "workspace": new.workspace,
+            "subject": new.subject,
+            "band": int(new.band),
+            "payload": new.payload,
+            "epoch": new.epoch,
+            "attempt": new.attempt,
+            "due_at": new.due_at,
+            "lease": new.lease,
+            "deadline_at": new.deadline_at,
+            "deadline_after": new.deadline_after,
+            "continues": new.continues,
+            "domain_row": new.domain_row,
+            "trace_context": new.trace_context,
+            "key": new.key,
+        }
+
     async def insert(self, tx: Tx, new: NewRun) -> AgentRun:
-        run = await self._one(
-            tx,
-            sql.INSERT_RUN,
-            id=new.id,
-            kind=new.kind,
-            workspace=new.workspace,
-            subject=new.subject,
-            band=int(new.band),
-            payload=new.payload,
-            epoch=new.epoch,
-            attempt=new.attempt,
-            due_at=new.due_at,
-            lease=new.lease,
-            deadline_at=new.deadline_at,
-            deadline_after=new.deadline_after,
-            continues=new.continues,
-            domain_row=new.domain_row,
-            trace_context=new.trace_context,
-        )
+        run = await self._one(tx, sql.INSERT_RUN, **self._new_params(new))
         assert run is not None  # INSERT ... RETURNING returns the row it inserted
+        return run
+
+    async def insert_keyed(self, tx: Tx, new: NewRun) -> AgentRun | None:
+        return await self._one(tx, sql.INSERT_KEYED, **self._new_params(new))
+
+    async def key_holder(self, tx: Tx, workspace: str, key: str) -> tuple[UUID, datetime] | None:
+        rows = await fetch(tx, sql.KEY_HOLDER, self._params(workspace=workspace, key=key))
+        return (rows[0]["run_id"], rows[0]["now"]) if rows else None
+
+    async def rekey(self, tx: Tx, new: NewRun) -> AgentRun:
+        run = await self._one(tx, sql.REKEY, **self._new_params(new))
+        if run is None:
+            raise RunNotFound(f"enqueue key {new.key!r} named no run to move from")
         return run
 
     async def get(self, tx: Tx, run_id: UUID) -> AgentRun | None:

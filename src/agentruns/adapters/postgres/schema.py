@@ -130,6 +130,9 @@ agent_run = Table(
     Column("head", Boolean, nullable=False, server_default=text("false")),
     Column("claimed_at", TZ),
     Column("events", Integer, nullable=False, server_default=text("0")),
+    # The enqueue key, written at enqueue only (guard_agent_run_frozen); agent_run_key says which
+    # run a key names now (ADRs/0024).
+    Column("enqueue_key", Text),
     CheckConstraint("state IN ('queued', 'leased', 'ended')", name="ck_agent_run_state"),
     CheckConstraint("band BETWEEN 0 AND 2", name="ck_agent_run_band"),
     CheckConstraint("epoch >= 0 AND attempt >= 0", name="ck_agent_run_counts"),
@@ -138,6 +141,20 @@ agent_run = Table(
     CheckConstraint(
         "(state <> 'leased' OR head) AND (state <> 'ended' OR NOT head)", name="ck_agent_run_head"
     ),
+)
+
+
+# Each enqueue key of a workspace and the run it names now: an enqueue with a key takes the row
+# (INSERT ... ON CONFLICT DO NOTHING) or finds it; a key past its run's retention moves to the new
+# run under the row's lock; a purge deletes the rows of the runs it deletes (ADRs/0024). No key
+# to agent_run: a foreign key's triggers would run on the worker loop's updates of agent_run.
+agent_run_key = Table(
+    "agent_run_key",
+    metadata,
+    Column("workspace", Text, nullable=False),
+    Column("key", Text, nullable=False),
+    Column("run_id", UUID(as_uuid=True), nullable=False),
+    PrimaryKeyConstraint("workspace", "key"),
 )
 
 

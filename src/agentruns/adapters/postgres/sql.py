@@ -60,21 +60,60 @@ def statement(source: str) -> TextClause:
 
 NOW_SELECT = statement(f"SELECT {NOW} AS now")
 
-INSERT_RUN = statement(f"""
-WITH clock AS (SELECT {NOW} AS now)
+# The insert of a new run, after its `clock` (and, for a key, the key's row) in a statement.
+_INSERT_COLUMNS = """
 INSERT INTO agent_run (id, kind, workspace, subject, band, payload, state, epoch, attempt,
                        enqueued_at, due_at, lease, deadline_at, continues, domain_row,
-                       trace_context)
+                       trace_context, enqueue_key)
 SELECT :id, :kind, :workspace, :subject, :band, :payload, 'queued', :epoch, :attempt,
        clock.now, COALESCE(CAST(:due_at AS timestamptz), clock.now), :lease,
        COALESCE(CAST(:deadline_at AS timestamptz),
                 clock.now + CAST(:deadline_after AS interval)),
-       :continues, :domain_row, :trace_context
+       :continues, :domain_row, :trace_context, CAST(:key AS text)"""
+
+INSERT_RUN = statement(f"""
+WITH clock AS (SELECT {NOW} AS now)
+{_INSERT_COLUMNS}
 FROM clock
-RETURNING {RUN_COLUMNS}
+RETURNING {RUN_COLUMNS}, enqueue_key
 """)
 
-GET_RUN = statement(f"SELECT {RUN_COLUMNS}, {NOW} AS now FROM agent_run WHERE id = :run_id")
+# An enqueue with a key (ADRs/0024), in one statement: the key is taken and the run inserted, or
+# (the key names a run already) nothing is written and no row comes back. A second transaction
+# racing for the same new key waits on the first's key row, and after its commit does nothing.
+INSERT_KEYED = statement(f"""
+WITH clock AS (SELECT {NOW} AS now),
+taken AS (
+    INSERT INTO agent_run_key (workspace, key, run_id) VALUES (:workspace, :key, :id)
+    ON CONFLICT (workspace, key) DO NOTHING
+    RETURNING run_id
+)
+{_INSERT_COLUMNS}
+FROM clock, taken
+RETURNING {RUN_COLUMNS}, enqueue_key
+""")
+
+# The run a key names, its row locked until the transaction ends: an enqueue that finds the key
+# past its run's retention moves it (REKEY) with no other enqueue of that key in between.
+KEY_HOLDER = statement(f"""
+SELECT run_id, {NOW} AS now FROM agent_run_key
+WHERE workspace = :workspace AND key = :key FOR UPDATE
+""")
+
+REKEY = statement(f"""
+WITH clock AS (SELECT {NOW} AS now),
+moved AS (
+    UPDATE agent_run_key SET run_id = :id WHERE workspace = :workspace AND key = :key
+    RETURNING run_id
+)
+{_INSERT_COLUMNS}
+FROM clock, moved
+RETURNING {RUN_COLUMNS}, enqueue_key
+""")
+
+GET_RUN = statement(
+    f"SELECT {RUN_COLUMNS}, enqueue_key, {NOW} AS now FROM agent_run WHERE id = :run_id"
+)
 
 LOCK_RUN = statement(f"SELECT {RUN_COLUMNS} FROM agent_run WHERE id = :run_id FOR UPDATE")
 
@@ -280,14 +319,24 @@ LIST_FAILURES = statement(f"""
 SELECT {_FAILURE_COLUMNS} FROM agent_run_failure WHERE run_id = :run_id ORDER BY id
 """)
 
+# A purged run's key goes with it, unless the key names a later run already (ADRs/0024).
 PURGE = statement("""
 WITH doomed AS (
     SELECT id FROM agent_run
     WHERE state = 'ended' AND ended_at < :ended_before
     ORDER BY ended_at LIMIT :limit
     FOR UPDATE SKIP LOCKED
+),
+gone AS (
+    DELETE FROM agent_run WHERE id IN (SELECT id FROM doomed)
+    RETURNING id, workspace, enqueue_key
+),
+keys AS (
+    DELETE FROM agent_run_key k USING gone
+    WHERE gone.enqueue_key IS NOT NULL AND k.workspace = gone.workspace
+      AND k.key = gone.enqueue_key AND k.run_id = gone.id
 )
-DELETE FROM agent_run WHERE id IN (SELECT id FROM doomed) RETURNING id
+SELECT id FROM gone
 """)
 
 # The read API (AgentRuns.list_runs): newest first, keyset-paged on the queue order. One text per
@@ -335,9 +384,10 @@ def _list_runs(filters: frozenset[str], state: str | None, success: bool | None)
     else:
         states = list(LIST_STATES) if state is None else [state]
     branches = [
-        f"SELECT {RUN_COLUMNS} FROM agent_run WHERE " + " AND ".join([f"state = '{name}'", *where])
+        f"SELECT {RUN_COLUMNS}, enqueue_key FROM agent_run WHERE "
+        + " AND ".join([f"state = '{name}'", *where])
         for name in states
-    ] or [f"SELECT {RUN_COLUMNS} FROM agent_run WHERE false"]
+    ] or [f"SELECT {RUN_COLUMNS}, enqueue_key FROM agent_run WHERE false"]
     if len(branches) == 1:
         return statement(f"{branches[0]}\nORDER BY seq DESC LIMIT :limit")
     # Each branch takes its own first page from its index, so the merge sorts three pages at

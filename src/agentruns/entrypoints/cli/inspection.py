@@ -12,7 +12,7 @@ from uuid import UUID
 import typer
 from rich.console import RenderableType
 
-from agentruns.app.runs import AgentRuns
+from agentruns.app.runs import AgentRuns, Enqueued
 from agentruns.app.stats import RunStatus
 from agentruns.domain import limits
 from agentruns.domain.bands import Band
@@ -129,10 +129,19 @@ def enqueue(
             show_default="the kind's deadline",
         ),
     ] = None,
+    key: Annotated[
+        str | None,
+        typer.Option(
+            help="Enqueue at most once: a run this key still names in the workspace is "
+            "printed instead of a new one (the default subject is then KIND:KEY).",
+            show_default="none",
+        ),
+    ] = None,
     data_dir: DataDir = None,
     database_name: DatabaseName = None,
 ) -> None:
-    """Queue a run; print its id (alone on stdout, for scripts)."""
+    """Queue a run; print its id (alone on stdout, for scripts). With --key, stderr says
+    whether the run is new or was already enqueued with that key."""
 
     def body() -> None:
         config = settings()
@@ -151,22 +160,48 @@ def enqueue(
         with database(config, data_dir, database_name) as url:
             built = postgres_container(config, url, registry)
 
-            async def action(built: AgentRunsContainer) -> AgentRun:
+            async def action(built: AgentRunsContainer) -> Enqueued:
                 runs = built.runs()
                 async with runs.transaction() as tx:
                     now = await runs.stores.runs.now(tx)
-                return await runs.enqueue(
+                if subject is not None:
+                    named = subject
+                else:
+                    named = f"{kind}:{now.timestamp():.6f}" if key is None else f"{kind}:{key}"
+                due_at = None if due is None else moment(due, "--due", now)
+                deadline_at = None if deadline is None else moment(deadline, "--deadline", now)
+                if key is None:
+                    run = await runs.enqueue(
+                        kind,
+                        workspace=workspace,
+                        subject=named,
+                        band=band,
+                        payload=data,
+                        due_at=due_at,
+                        deadline_at=deadline_at,
+                    )
+                    return Enqueued(run, created=True)
+                return await runs.enqueue_once(
                     kind,
                     workspace=workspace,
-                    subject=subject if subject is not None else f"{kind}:{now.timestamp():.6f}",
+                    subject=named,
+                    key=key,
                     band=band,
                     payload=data,
-                    due_at=None if due is None else moment(due, "--due", now),
-                    deadline_at=None if deadline is None else moment(deadline, "--deadline", now),
+                    due_at=due_at,
+                    deadline_at=deadline_at,
                 )
 
-            run = _using(built, action)
-        print(run.id)
+            done = _using(built, action)
+        print(done.run.id)
+        if key is not None and done.created:
+            err.print(f"agentruns: new run, key {key!r}", markup=False)
+        elif key is not None:
+            err.print(
+                f"agentruns: already enqueued with key {key!r}: run {done.run.id} is "
+                f"{done.run.state}, nothing new was written",
+                markup=False,
+            )
 
     guarded(body)
 

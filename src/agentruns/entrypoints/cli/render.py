@@ -166,6 +166,7 @@ def run(shown: AgentRun, events: list[RunEvent], failures: list[FailureRecord]) 
         ("deadline at", shown.deadline_at.isoformat() if shown.deadline_at else "-"),
         ("ended at", shown.ended_at.isoformat() if shown.ended_at else "-"),
         ("continues", str(shown.continues or "-")),
+        ("enqueue key", shown.key or "-"),
         ("last failure", _last_failure(shown)),
         ("payload", json.dumps(redact_json(shown.payload))),
     ):
@@ -289,6 +290,7 @@ def run_summary(shown: AgentRun) -> dict[str, object]:
         "deadline_at": _time(shown.deadline_at),
         "ended_at": _time(shown.ended_at),
         "continues": None if shown.continues is None else str(shown.continues),
+        "key": shown.key,
         "last_failure": None
         if failure is None
         else {

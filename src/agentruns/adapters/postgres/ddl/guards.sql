@@ -15,8 +15,8 @@
 --   guard_agent_run_reason     the vocabulary of end reasons;
 --   guard_agent_run_lease      a lease is longer than zero;
 --   guard_agent_run_queued / _leased / _ended   which columns each state fills;
---   guard_agent_run_frozen     payload, band, queue order, enqueue time, lease, deadline and
---                              continuation are written once, at enqueue;
+--   guard_agent_run_frozen     payload, band, queue order, enqueue time, lease, deadline,
+--                              continuation and enqueue key are written once, at enqueue;
 --   guard_agent_run_events     a run is inserted with no events, and its event count moves
 --                              only by one, on a leased run (an event appended: ADRs/0016);
 --   guard_agent_run_delete     only an ended run is deleted (retention), by DELETE or TRUNCATE.
@@ -156,13 +156,14 @@ SET search_path FROM CURRENT
 AS $$
 BEGIN
     RAISE EXCEPTION 'agent_run %: a run keeps the payload, band, queue order, enqueue time, '
-        'lease, deadline and continuation it was enqueued with (it is %)', OLD.id, OLD.state
+        'lease, deadline, continuation and enqueue key it was enqueued with (it is %)', OLD.id,
+        OLD.state
         USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_frozen';
 END
 $$;
 
 CREATE TRIGGER guard_agent_run_frozen
-    BEFORE UPDATE OF payload, band, seq, enqueued_at, lease, deadline_at, continues
+    BEFORE UPDATE OF payload, band, seq, enqueued_at, lease, deadline_at, continues, enqueue_key
     ON agent_run FOR EACH ROW EXECUTE FUNCTION refuse_agent_run_frozen();
 
 CREATE FUNCTION refuse_agent_run_delete() RETURNS trigger LANGUAGE plpgsql
