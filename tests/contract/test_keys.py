@@ -245,3 +245,15 @@ async def test_a_kind_with_a_domain_row_moves_it_only_for_a_new_run(
         job = await backend.review_jobs.get(tx, first.run.id)
     assert job is not None
     assert job.status is ReviewStatus.RUNNING
+
+
+async def test_the_runs_a_holder_gets_carry_no_key_and_reads_do(keyed: AgentRuns) -> None:
+    """A claim, a renewal and an end hand back the run without its key on every backend (the
+    worker's statements do not read it), and a read finds it again: a kind that needs the key
+    passes it in its payload, and the test kit shows what production does."""
+    await keyed.enqueue("chat", workspace="acme", subject="c:9", key="k-9", payload={"steps": 1})
+    [claimed] = await keyed.claim("w-1", limit=1)
+    renewed = await keyed.renew(claimed.fence)
+    ended = await keyed.end(renewed.fence, TerminationReason.COMPLETED)
+    assert (claimed.key, renewed.key, ended.key) == (None, None, None)
+    assert (await keyed.get(claimed.id)).key == "k-9"

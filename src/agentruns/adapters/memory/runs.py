@@ -5,6 +5,7 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 from collections.abc import Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta
 from uuid import UUID
 
@@ -65,10 +66,16 @@ class MemoryRunStore(RunStore):
         return self._clock.now()
 
     def _write(self, tx: Transaction, run: AgentRun) -> AgentRun:
+        """Store ``run``; what a moving statement hands back: the run without its enqueue key,
+        which PostgreSQL's claim, renewal, end and requeue do not read (ADRs/0024), so a kind
+        that reads ``run.key`` sees in the test kit what it sees in production."""
+        self._stored(tx, run)
+        return run if run.key is None else replace(run, key=None)
+
+    def _stored(self, tx: Transaction, run: AgentRun) -> None:
         self.rows.put(tx, run.id, run)
         if run.state is AgentRunState.QUEUED:
             self._database.check(tx).on_commit(self._notifier.notify)
-        return run
 
     def _existing(self, run_id: UUID) -> AgentRun:
         run = self.rows.get(run_id)
@@ -104,7 +111,8 @@ class MemoryRunStore(RunStore):
             trace_context=None if new.trace_context is None else dict(new.trace_context),
             key=new.key,
         )
-        return self._write(tx, run)
+        self._stored(tx, run)
+        return run
 
     async def insert_keyed(self, tx: Transaction, new: NewRun) -> AgentRun | None:
         self._database.check(tx)
