@@ -36,6 +36,12 @@ def test_settings_default_to_the_designed_durations() -> None:
     assert settings.worker_concurrency == 8
 
 
+def test_a_workers_cancel_grace_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert AgentRunsContainer().worker(holder="w").keeper.grace == 5.0
+    monkeypatch.setenv("AGENTRUNS_CANCEL_GRACE", "1.5")
+    assert AgentRunsContainer().worker(holder="w").keeper.grace == 1.5
+
+
 def test_a_bad_setting_is_refused_clearly(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("AGENTRUNS_WORKER_CONCURRENCY", "0")
     with pytest.raises(ValidationError, match="worker_concurrency"):

@@ -94,6 +94,11 @@ class LeaseKeeper:
         self._sending: asyncio.Task[None] | None = None
         self.renewals = 0  # heartbeats written (read by tests and benches)
 
+    @property
+    def grace(self) -> float:
+        """Seconds a stopped step may run its cleanup before it is cancelled again."""
+        return self._grace
+
     def watch(self, boundary: StepBoundaries) -> None:
         """Keep ``boundary``'s run until :meth:`forget`."""
         live = self._live

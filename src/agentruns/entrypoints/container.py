@@ -221,6 +221,9 @@ class AgentRunsContainer(containers.DeclarativeContainer):
         holders=family.provided.holders,
         renewal=settings.provided.lease_renewal,
         process=providers.Callable(program_name),
+        cancel_grace=providers.Callable(
+            lambda settings: settings.cancel_grace.total_seconds(), settings
+        ),
     )
     # Who holds what, for `agentruns status` and the console.
     holders = providers.Singleton(

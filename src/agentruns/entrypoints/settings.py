@@ -60,6 +60,9 @@ class AgentRunsSettings(BaseSettings):
     worker_concurrency: Annotated[int, Field(ge=1, le=MAX_WORKER_CONCURRENCY)] = 8
     poll_interval: Duration = timedelta(seconds=2)
     shutdown_grace: Duration = timedelta(seconds=30)
+    # How long a step stopped by a cancel or a lost lease may run its cleanup before the worker
+    # cancels it again (ADRs/0023).
+    cancel_grace: Duration = timedelta(seconds=5)
     reap_batch: PositiveInt = 500
     tracing: Literal["none", "otel"] = Field(
         default="none",
