@@ -294,10 +294,6 @@ class AgentRunsMachine(RuleBasedStateMachine):
         self.advance_clock(LEASE, then_reap=True)
         return fences
 
-    @rule(target=run_ids, spec=st.tuples(workspaces, contended_subjects, bands))
-    def enqueue_agent(self, spec: tuple[str, str, Band]) -> UUID:
-        return self.add_run("agent", *spec)
-
     @rule(
         target=paused,
         holder=holders,
@@ -454,43 +450,46 @@ class AgentRunsMachine(RuleBasedStateMachine):
         return [self.run(self.runs.get(run_id)) for run_id in self.known]
 
     @invariant()
-    def at_most_one_leased_run_per_subject(self) -> None:
+    def every_run_holds_the_run_invariants(self) -> None:
+        """Every run read once after each step, then each invariant checked over what was read."""
+        everything = self.everything()
+        self.at_most_one_leased_run_per_subject(everything)
+        self.epochs_only_grow(everything)
+        self.a_runs_identity_never_changes(everything)
+        self.attempts_never_exceed_the_budget(everything)
+        self.an_ended_run_never_changes(everything)
+        self.every_run_is_queued_leased_or_ended_with_a_reason(everything)
+
+    def at_most_one_leased_run_per_subject(self, everything: list[AgentRun]) -> None:
         leased = [
-            (run.workspace, run.subject)
-            for run in self.everything()
-            if run.state is AgentRunState.LEASED
+            (run.workspace, run.subject) for run in everything if run.state is AgentRunState.LEASED
         ]
         assert len(leased) == len(set(leased)), leased
 
-    @invariant()
-    def epochs_only_grow(self) -> None:
-        for run in self.everything():
+    def epochs_only_grow(self, everything: list[AgentRun]) -> None:
+        for run in everything:
             assert run.epoch >= self.epochs.get(run.id, 0)
             self.epochs[run.id] = run.epoch
 
-    @invariant()
-    def a_runs_identity_never_changes(self) -> None:
-        for run in self.everything():
+    def a_runs_identity_never_changes(self, everything: list[AgentRun]) -> None:
+        for run in everything:
             identity = (run.kind, run.workspace, run.subject)
             assert self.identities.setdefault(run.id, identity) == identity
 
-    @invariant()
-    def attempts_never_exceed_the_budget(self) -> None:
-        for run in self.everything():
+    def attempts_never_exceed_the_budget(self, everything: list[AgentRun]) -> None:
+        for run in everything:
             assert 0 <= run.attempt <= self.kinds.get(run.kind).policy.retry_budget
 
-    @invariant()
-    def an_ended_run_never_changes(self) -> None:
-        for run in self.everything():
+    def an_ended_run_never_changes(self, everything: list[AgentRun]) -> None:
+        for run in everything:
             if run.id in self.ended:
                 assert run == self.ended[run.id]
                 assert run.payload == self.ended[run.id].payload
             elif run.state is AgentRunState.ENDED:
                 self.ended[run.id] = run
 
-    @invariant()
-    def every_run_is_queued_leased_or_ended_with_a_reason(self) -> None:
-        for run in self.everything():
+    def every_run_is_queued_leased_or_ended_with_a_reason(self, everything: list[AgentRun]) -> None:
+        for run in everything:
             if run.end_reason is TerminationReason.RETRIES_EXHAUSTED:
                 event("a run ended with its retries exhausted")
             match run.state:
