@@ -211,7 +211,8 @@ async def serve(args: argparse.Namespace) -> None:
         loop.add_signal_handler(signum, stop.set)
     stores = make_postgres_stores(args.url, None, pool_size=args.concurrency + 2)
     runs_ref: list[AgentRuns] = []
-    executions = Executions(args.url, args.concurrency)
+    # Two connections: a row is one short statement, and the server's connections are few.
+    executions = Executions(args.url, 2)
     kinds = RunKinds(
         [
             fault_kind(runs_ref, journal, args.holder),
