@@ -102,7 +102,7 @@ WITH rec AS (
            min(epoch) AS epoch, count(*) AS records,
            bool_and(EXISTS (
                SELECT 1 FROM fault_step_execution x
-               WHERE x.id::text = e.data->'result'->>'execution'
+               WHERE x.id = (e.data->'result'->>'execution')::uuid
                  AND x.run_id = e.run_id AND x.epoch = e.epoch)) AS from_own_execution
     FROM agent_run_event e WHERE type = 'step.recorded'
     GROUP BY 1, 2, 3
