@@ -4,6 +4,13 @@
 runs ``AgentRunReaper.run``. The kind's steps read their script from the payload (how many steps,
 how long each sleeps, how and until which attempt they fail, whether the holder turns zombie).
 
+The ``fault-recorded`` kind is written with recorded steps (ADRs/0022): each step's function
+first writes one row to ``fault_step_execution`` (the bench's own table) in a statement of its
+own, autocommitted, and only then works and returns; a row is an execution that happened, even
+when a SIGKILL follows at once. Its zombie holder pauses inside a step's function, so the step
+that ran is refused its record and must run again under the next epoch. A step asked for while
+replaying, which returns its recorded result without running, is journaled as ``replayed``.
+
 A zombie holder pauses past its lease, then tries to write under its old fence: an explicit
 ``append_event`` and ``end``, then the next step boundary (renew, then append). Every attempt and
 whether the store accepted it is written, one JSON line each, to ``--journal``: a line written
@@ -19,13 +26,19 @@ import logging
 import os
 import random
 import signal
+import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg_pool import AsyncConnectionPool
 
 from agentruns.adapters.postgres import close_postgres_stores, make_postgres_stores
 from agentruns.app.kinds import RunKind, RunKinds, StepEvent
 from agentruns.app.reaper import AgentRunReaper
+from agentruns.app.recorded import RecordedSteps, StepContext
 from agentruns.app.runs import AgentRuns
 from agentruns.app.worker import Worker
 from agentruns.domain.backoff import Backoff
@@ -36,6 +49,7 @@ from agentruns.domain.run import AgentRun
 from agentruns.domain.termination import TerminationReason
 
 KIND = "fault"
+RECORDED_KIND = "fault-recorded"
 LEASE = timedelta(seconds=3)
 BACKOFF = Backoff(base=timedelta(milliseconds=200), cap=timedelta(seconds=2), jitter=0.2)
 ZOMBIE_PAUSE = LEASE.total_seconds() + 1.5
@@ -102,6 +116,93 @@ def fault_kind(runs_ref: list[AgentRuns], journal: Journal, holder: str) -> RunK
     return RunKind(policy, steps)
 
 
+EXECUTED = """
+INSERT INTO fault_step_execution (id, run_id, name, occurrence, epoch, holder)
+VALUES (%(id)s, %(run)s, %(name)s, %(occurrence)s, %(epoch)s, %(holder)s)
+ON CONFLICT (id) DO NOTHING
+"""
+
+
+class Executions:
+    """Counts step executions in ``fault_step_execution``, one autocommitted row each. A write
+    cut off by a PostgreSQL restart is tried again under the same id until it is known to be
+    in: a row whose commit was not acknowledged is not counted twice."""
+
+    def __init__(self, url: str, size: int) -> None:
+        self._pool: AsyncConnectionPool[psycopg.AsyncConnection[Any]] = AsyncConnectionPool(
+            url, min_size=1, max_size=size, open=False, kwargs={"autocommit": True}
+        )
+
+    async def open(self) -> None:
+        await self._pool.open()
+
+    async def close(self) -> None:
+        await self._pool.close()
+
+    async def count(self, run: AgentRun, name: str, occurrence: int, holder: str) -> str:
+        """Write the execution's row; returns its id."""
+        row = {
+            "id": uuid.uuid4(),
+            "run": run.id,
+            "name": name,
+            "occurrence": occurrence,
+            "epoch": run.epoch,
+            "holder": holder,
+        }
+        while True:
+            try:
+                async with self._pool.connection() as conn:
+                    await conn.execute(EXECUTED, row)
+                return str(row["id"])
+            except psycopg.OperationalError:
+                await asyncio.sleep(0.1)
+
+
+def recorded_kind(executions: Executions, journal: Journal, holder: str) -> RunKind:
+    """The recorded workload: ``plan``, then ``call`` once per step of the script (the same
+    name again: occurrences 1, 2, ...), then ``report``. A scripted failure comes after the
+    first ``call``, so the retry replays ``plan`` and that ``call``; a zombie holder pauses
+    inside the first ``call`` past its lease."""
+
+    async def steps(run: AgentRun, ctx: StepContext) -> None:
+        script = run.payload
+        count = int(script.get("steps", 1))  # type: ignore[arg-type]
+        pause = float(script.get("sleep", 0.01))  # type: ignore[arg-type]
+        zombie = bool(script.get("zombie")) and run.epoch == 1
+        seen: dict[str, int] = {}
+
+        async def execute(name: str, stall: bool) -> dict[str, object]:
+            seen[name] = occurrence = seen.get(name, 0) + 1
+            execution = await executions.count(run, name, occurrence, holder)
+            await asyncio.sleep(pause)
+            if stall:
+                # The lease runs out; the record that follows must be refused.
+                journal.write(event="stale-attempt", what="record", run=run.id, epoch=run.epoch)
+                await asyncio.sleep(ZOMBIE_PAUSE)
+            return {"execution": execution, "epoch": run.epoch}
+
+        async def step(name: str, stall: bool = False) -> object:
+            if ctx.replaying:
+                journal.write(event="replayed", run=run.id, name=name, epoch=run.epoch)
+                # A replayed step does not run: its occurrence is counted here instead.
+                seen[name] = seen.get(name, 0) + 1
+            result = await ctx.step(name, execute, name, stall)
+            if stall:
+                journal.write(event="stale-accepted", what="record", run=run.id, epoch=run.epoch)
+            return result
+
+        await step("plan")
+        for index in range(count):
+            await step("call", stall=zombie and index == 0)
+            fail = script.get("fail")
+            if index == 0 and fail is not None and run.attempt < int(script.get("fail_until", 99)):  # type: ignore[arg-type]
+                raise _failure(fail)
+        await step("report")
+
+    policy = RunKindPolicy(name=RECORDED_KIND, lease=LEASE, backoff=BACKOFF, retry_budget=3)
+    return RunKind(policy, RecordedSteps(steps))
+
+
 async def serve(args: argparse.Namespace) -> None:
     journal = Journal(Path(args.journal))
     stop = asyncio.Event()
@@ -110,12 +211,21 @@ async def serve(args: argparse.Namespace) -> None:
         loop.add_signal_handler(signum, stop.set)
     stores = make_postgres_stores(args.url, None, pool_size=args.concurrency + 2)
     runs_ref: list[AgentRuns] = []
-    kinds = RunKinds([fault_kind(runs_ref, journal, args.holder)])
+    # Two connections: a row is one short statement, and the server's connections are few.
+    executions = Executions(args.url, 2)
+    kinds = RunKinds(
+        [
+            fault_kind(runs_ref, journal, args.holder),
+            recorded_kind(executions, journal, args.holder),
+        ]
+    )
     rng = random.Random(args.seed)
     runs = AgentRuns(stores, kinds, rng)
     runs_ref.append(runs)
     journal.write(event="started", role=args.role, holder=args.holder, pid=os.getpid())
     try:
+        if args.role == "worker":
+            await executions.open()
         if args.role == "reaper":
             reaper = AgentRunReaper(stores, kinds, rng, batch=200)
             await reaper.run(stop, every=args.every)
@@ -137,6 +247,7 @@ async def serve(args: argparse.Namespace) -> None:
                 outcomes={str(k): v for k, v in worker.stats.outcomes.items()},
             )
     finally:
+        await executions.close()
         await close_postgres_stores(stores)
         journal.write(event="stopped", role=args.role, holder=args.holder)
 

@@ -8,6 +8,12 @@ watches the runs table all along. At the end the run prints and checks:
 
 - runs lost: queued runs that are gone, or neither ended nor waiting to be claimed (must be 0);
 - runs ended, by reason;
+- recorded steps run twice (must be 0): runs of the ``fault-recorded`` kind count each execution
+  of a step's function in ``fault_step_execution`` before it returns; a (run, name, occurrence)
+  executed under a later epoch than its ``step.recorded`` event (or twice under one epoch) ran
+  again although recorded. Executed again after an execution whose record was refused (the
+  holder killed or a zombie) is expected, and counted as steps re-run after an unrecorded
+  execution; a record without its execution, or twice, is a violation too;
 - stale-epoch writes attempted by zombies, and accepted (must be 0), and zombie events persisted;
 - subjects ever seen with two leased runs (must be 0), event epochs going backwards (must be 0);
 - runs queued without a due time (must be 0);
@@ -45,22 +51,86 @@ from bench.server import BenchServer, bench_server
 REPO = Path(__file__).resolve().parents[1]
 
 # Deterministic scripts per run number i: most succeed; some fail now and then, some for good.
+# Every recorded_every-th run is of the recorded kind, with scripts of its own (number j among
+# them): one in four fails after its first call and is retried, a few turn zombie.
 POPULATE = """
 INSERT INTO agent_run (id, kind, workspace, subject, band, payload, state, epoch, attempt,
                        enqueued_at, due_at, lease)
-SELECT gen_random_uuid(), 'fault', 'ws-' || (i %% %(workspaces)s),
-       'subject-' || (i %% %(subjects)s), (i %% 3)::smallint,
-       jsonb_build_object(
+SELECT gen_random_uuid(), CASE WHEN recorded THEN 'fault-recorded' ELSE 'fault' END,
+       'ws-' || (i %% %(workspaces)s), 'subject-' || (i %% %(subjects)s), (i %% 3)::smallint,
+       CASE WHEN recorded THEN jsonb_build_object(
+           'steps', 1 + i %% 3,
+           'sleep', %(sleep)s * (1 + i %% 4),
+           'fail', CASE j %% 8 WHEN 1 THEN '503' WHEN 2 THEN '429' END,
+           'fail_until', CASE j %% 8 WHEN 1 THEN 1 WHEN 2 THEN 2 ELSE 99 END,
+           'zombie', j %% %(recorded_zombie_every)s = 3)
+       ELSE jsonb_build_object(
            'steps', 1 + i %% 3,
            'sleep', %(sleep)s * (1 + i %% 4),
            'fail', CASE i %% 40 WHEN 1 THEN '503' WHEN 2 THEN '429' WHEN 3 THEN '401'
                                 WHEN 4 THEN 'chain-401' WHEN 5 THEN '503'
                                 WHEN 6 THEN 'chain-503' END,
            'fail_until', CASE i %% 40 WHEN 1 THEN 1 WHEN 2 THEN 2 WHEN 6 THEN 1 ELSE 99 END,
-           'zombie', i %% %(zombie_every)s = 7),
+           'zombie', i %% %(zombie_every)s = 7) END,
        'queued', 0, 0, now(), now(), interval '3 seconds'
-FROM generate_series(1, %(runs)s) AS i
+FROM (SELECT i, i %% %(recorded_every)s = 0 AS recorded, i / %(recorded_every)s AS j
+      FROM generate_series(1, %(runs)s) AS i) AS numbered
 ORDER BY i
+"""
+
+# One row per execution of a recorded step's function, written before the function returns.
+EXECUTIONS = """
+CREATE TABLE fault_step_execution (
+    id uuid PRIMARY KEY,
+    run_id uuid NOT NULL,
+    name text NOT NULL,
+    occurrence int NOT NULL,
+    epoch bigint NOT NULL,
+    holder text NOT NULL,
+    executed_at timestamptz NOT NULL DEFAULT clock_timestamp()
+)
+"""
+
+# Per recorded step (run, name, occurrence): the epoch of its first record, how many records,
+# its executions after that epoch or twice at one epoch (ran again although recorded: a
+# violation), its executions before that epoch or with no record (ran again after an execution
+# whose record was refused: expected), and whether the record's result names an execution of
+# the record's own epoch.
+RECORDED_STEPS = """
+WITH rec AS (
+    SELECT run_id, data->>'name' AS name, (data->>'occurrence')::int AS occurrence,
+           min(epoch) AS epoch, count(*) AS records,
+           bool_and(EXISTS (
+               SELECT 1 FROM fault_step_execution x
+               WHERE x.id = (e.data->'result'->>'execution')::uuid
+                 AND x.run_id = e.run_id AND x.epoch = e.epoch)) AS from_own_execution
+    FROM agent_run_event e WHERE type = 'step.recorded'
+    GROUP BY 1, 2, 3
+), ex AS (
+    SELECT run_id, name, occurrence, epoch, count(*) AS executions
+    FROM fault_step_execution GROUP BY 1, 2, 3, 4
+), steps AS (
+    SELECT run_id, name, occurrence, rec.epoch AS recorded_at, rec.records,
+           rec.from_own_execution,
+           coalesce(sum(ex.executions) FILTER (WHERE ex.epoch > rec.epoch), 0) AS after_record,
+           coalesce(sum(ex.executions) FILTER (WHERE ex.epoch = rec.epoch), 0) AS at_record,
+           coalesce(sum(ex.executions) FILTER (WHERE rec.epoch IS NULL OR ex.epoch < rec.epoch),
+                    0) AS before_record,
+           count(DISTINCT ex.epoch) AS epochs,
+           coalesce(max(ex.executions), 0) AS most_at_one_epoch
+    FROM rec FULL JOIN ex USING (run_id, name, occurrence)
+    GROUP BY run_id, name, occurrence, rec.epoch, rec.records, rec.from_own_execution
+)
+SELECT
+    count(*) FILTER (WHERE recorded_at IS NOT NULL) AS recorded,
+    count(*) FILTER (WHERE after_record > 0 OR most_at_one_epoch > 1) AS ran_twice,
+    count(*) FILTER (WHERE before_record > 0 AND epochs > 1 AND after_record = 0
+                     AND most_at_one_epoch = 1) AS rerun_unrecorded,
+    count(*) FILTER (WHERE records > 1) AS recorded_twice,
+    count(*) FILTER (WHERE recorded_at IS NOT NULL AND at_record = 0) AS recorded_unexecuted,
+    count(*) FILTER (WHERE NOT from_own_execution) AS foreign_result,
+    coalesce(sum(at_record + after_record + before_record), 0) AS executions
+FROM steps
 """
 
 
@@ -79,6 +149,8 @@ class Config:
     downtime: float = 2.0
     step_sleep: float = 0.005
     zombie_every: int = 97
+    recorded_every: int = 5
+    recorded_zombie_every: int = 29
     timeout: float = 600.0
     seed: int = 7
 
@@ -307,8 +379,11 @@ async def populate(url: str, config: Config) -> None:
                 "subjects": config.subjects,
                 "sleep": config.step_sleep,
                 "zombie_every": config.zombie_every,
+                "recorded_every": config.recorded_every,
+                "recorded_zombie_every": config.recorded_zombie_every,
             },
         )
+        await conn.execute(EXECUTIONS)
         await conn.execute("VACUUM ANALYZE agent_run")
 
 
@@ -331,6 +406,11 @@ async def verdict(run: FaultRun, finished: bool) -> tuple[dict[str, Any], list[s
     )
     ((zombie_events,),) = await q("SELECT count(*) FROM agent_run_event WHERE type = 'zombie'")
     ((events,),) = await q("SELECT count(*) FROM agent_run_event")
+    ((recorded_runs,),) = await q("SELECT count(*) FROM agent_run WHERE kind = 'fault-recorded'")
+    ((recorded, ran_twice, rerun, recorded_twice, unexecuted, foreign, executions),) = await q(
+        RECORDED_STEPS
+    )
+    replayed = 0
     attempted: dict[str, int] = {}
     accepted: dict[str, int] = {}
     stats: list[dict[str, Any]] = []
@@ -341,6 +421,8 @@ async def verdict(run: FaultRun, finished: bool) -> tuple[dict[str, Any], list[s
             attempted[record["what"]] = attempted.get(record["what"], 0) + 1
         elif record["event"] == "stale-accepted":
             accepted[record["what"]] = accepted.get(record["what"], 0) + 1
+        elif record["event"] == "replayed":
+            replayed += 1
         elif record["event"] == "stats":
             stats.append(record)
     relets = sorted(t for kill in run.kills for t in kill.released.values())
@@ -361,6 +443,14 @@ async def verdict(run: FaultRun, finished: bool) -> tuple[dict[str, Any], list[s
         "stale-epoch writes accepted": accepted,
         "zombie events persisted": zombie_events,
         "events persisted": events,
+        "recorded-steps runs": recorded_runs,
+        "recorded steps (persisted / executions counted)": f"{recorded} / {executions}",
+        "recorded steps replayed without running": replayed,
+        "recorded steps run twice": ran_twice,
+        "steps re-run after an unrecorded execution": rerun,
+        "recorded steps recorded twice / with no execution / with another's result": (
+            f"{recorded_twice} / {unexecuted} / {foreign}"
+        ),
         "event epochs going backwards": backwards,
         "subjects seen with two leased runs": sorted(run.doubles),
         "table samples taken": run.samples,
@@ -383,6 +473,21 @@ async def verdict(run: FaultRun, finished: bool) -> tuple[dict[str, Any], list[s
         violations.append(f"{unended} runs not ended within {run.config.timeout:.0f}s")
     if sum(accepted.values()) or zombie_events:
         violations.append(f"stale writes accepted: {accepted}, zombie events {zombie_events}")
+    if ran_twice:
+        violations.append(f"{ran_twice} recorded steps ran again after their record")
+    if recorded_twice or unexecuted or foreign:
+        violations.append(
+            f"recorded steps recorded twice: {recorded_twice}, recorded with no execution: "
+            f"{unexecuted}, recorded with a result of another execution: {foreign}"
+        )
+    if recorded_runs and not recorded:
+        violations.append("no recorded step was persisted: the run did not test recorded steps")
+    if recorded_runs >= run.config.recorded_zombie_every and not rerun:
+        violations.append(
+            "no step ran again after an unrecorded execution: the run did not test a refused record"
+        )
+    if recorded_runs >= 8 * run.config.recorded_every and not replayed:
+        violations.append("no recorded step was replayed: the run did not test replay")
     if run.doubles:
         violations.append(f"{len(run.doubles)} subjects seen with two leased runs")
     if backwards:
@@ -412,7 +517,7 @@ def _spread(values: list[float]) -> str:
 
 def render(figures: dict[str, Any], violations: list[str], command: str, pg: str) -> str:
     verdict_line = (
-        "**passed**: 0 lost, 0 stale writes accepted, 0 double leases"
+        "**passed**: 0 lost, 0 stale writes accepted, 0 double leases, 0 recorded steps run twice"
         if not violations
         else "**FAILED**: " + "; ".join(violations)
     )
@@ -459,7 +564,10 @@ async def main_async(config: Config, keep: bool, write: bool, command: str) -> i
             print(f"VIOLATION: {violation}")
         print(f"fault run FAILED ({len(violations)} violations); logs in {folder}")
         return 1
-    print("fault run passed: 0 lost, 0 stale writes accepted, 0 double leases")
+    print(
+        "fault run passed: 0 lost, 0 stale writes accepted, 0 double leases, "
+        "0 recorded steps run twice"
+    )
     if not keep:
         await asyncio.to_thread(shutil.rmtree, folder, True)
     return 0

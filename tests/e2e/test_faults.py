@@ -1,8 +1,10 @@
-"""The fault run, small: a few hundred runs, one worker SIGKILLed, one PostgreSQL restart."""
+"""The fault run, small: a few hundred runs, one worker SIGKILLed, one PostgreSQL restart; a
+fifth of the runs are of a recorded-steps kind."""
 
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -34,3 +36,8 @@ def test_small_fault_run_loses_nothing_and_accepts_no_stale_write() -> None:
     )
     assert done.returncode == 0, done.stdout[-4000:] + done.stderr[-4000:]
     assert "fault run passed" in done.stdout
+    # The recorded workload ran, was replayed, and no recorded step's function ran again.
+    figures = dict(re.findall(r"^(\S.*?)\s{2,}(\S.*)$", done.stdout, re.MULTILINE))
+    assert int(figures["recorded-steps runs"]) == 60
+    assert int(figures["recorded steps replayed without running"]) > 0
+    assert figures["recorded steps run twice"] == "0"

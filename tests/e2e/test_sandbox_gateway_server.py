@@ -51,3 +51,23 @@ async def test_a_sandbox_leases_and_ends_a_run_over_tcp() -> None:
             assert ended.json()["state"] == "ended"
             await world.sandboxes.take_back(sandbox.id)
             assert (await http.post("/internal/agent/next")).status_code == 401
+
+
+async def test_a_sandbox_is_told_over_tcp_that_its_run_was_cancelled() -> None:
+    """The renew of a run cancelled under the sandbox answers 409 with reason ``cancelled``;
+    the same call at another epoch answers ``lease_lost``."""
+    async with world_of("memory", "memory") as world, served(world) as url:
+        sandbox = await world.sandboxes.ensure("coder", workspace="ws", subject="task:1")
+        headers = {"Authorization": f"Bearer {await world.token_of(sandbox)}"}
+        run = await world.runs.enqueue("code", workspace="ws", subject="task:1")
+        async with httpx.AsyncClient(base_url=url, headers=headers) as http:
+            epoch = (await http.post("/internal/agent/next")).json()["fence"]["epoch"]
+            await world.runs.cancel(run.id)
+            renew = f"/internal/agent/runs/{run.id}/renew"
+            cancelled = await http.post(renew, json={"epoch": epoch})
+            assert (cancelled.status_code, cancelled.json()) == (
+                409,
+                {"detail": "the lease does not hold", "reason": "cancelled"},
+            )
+            lost = await http.post(renew, json={"epoch": epoch + 1})
+            assert (lost.status_code, lost.json()["reason"]) == (409, "lease_lost")

@@ -3,7 +3,9 @@
 Every call the machine makes on ``AgentRuns`` or the reaper goes to both backends, which share
 one manual clock, the same id sequence and equally seeded randomness; each answer (a run, a list
 of runs, a report, or the exception raised) must be the same, and after every step every run
-must read the same on both. The invariants of the memory machine hold throughout as well.
+must read the same on both. The invariants of the memory machine hold throughout as well. An
+attempt of the recorded kind runs on each backend with its own worker: the same outcome, the
+same step functions run and the same records written on both.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from agentruns.domain.errors import AgentRunsError
 from agentruns.testing import PostgresTestServer
 from examples.review import PostgresReviewJobs
 from tests.contract.kinds import contract_kinds
-from tests.contract.test_stateful import AgentRunsMachine
+from tests.contract.test_stateful import AgentRunsMachine, Side
 from tests.postgres_server import CHAINS
 
 
@@ -84,6 +86,7 @@ def side_by_side(server: PostgresTestServer) -> type[AgentRunsMachine]:
                 self.postgres, postgres_kinds, random.Random(0), new_id=_ids()
             )
             postgres_reaper = AgentRunReaper(self.postgres, postgres_kinds, random.Random(0))
+            self.sides.append(Side(postgres_runs, postgres_kinds, self.postgres.notifier))
             self.runs = Twin(memory_runs, postgres_runs)  # type: ignore[assignment]
             self.reaper = Twin(memory_reaper, postgres_reaper)  # type: ignore[assignment]
             self._memory_runs, self._postgres_runs = memory_runs, postgres_runs
@@ -97,6 +100,7 @@ def side_by_side(server: PostgresTestServer) -> type[AgentRunsMachine]:
                 assert memory.payload == postgres.payload
 
         def teardown(self) -> None:
+            self.stop_paused()  # before the stores close under them
             self.run(close_postgres_stores(self.postgres))
             super().teardown()
             self._database.close()

@@ -7,22 +7,28 @@ from datetime import timedelta
 from uuid import UUID
 
 import pytest
+from hypothesis import given, strategies as st
 
 from agentruns.domain.errors import IllegalTransition, SandboxNotLive
+from agentruns.domain.run import AgentRun
 from agentruns.domain.sandbox import (
     AgentSandbox,
+    LeaseRefusal,
     SandboxState,
     SandboxTimings,
     TakeBackCause,
+    lease_refusal,
     mark_deleting,
     mark_ready,
     mark_used,
     take_back_cause,
     usable,
 )
+from agentruns.domain.states import AgentRunState
+from agentruns.domain.termination import TerminationReason
 from agentruns.entrypoints.container import sandbox_timings
 from agentruns.entrypoints.settings import AgentRunsSettings
-from tests.strategies import EPOCH
+from tests.strategies import EPOCH, runs
 
 TIMINGS = SandboxTimings()
 SANDBOX = AgentSandbox(
@@ -126,3 +132,35 @@ def test_the_take_back_limits_come_from_the_settings() -> None:
         conversation_idle=timedelta(minutes=20),
     )
     assert sandbox_timings(AgentRunsSettings()) == SandboxTimings()
+
+
+@given(
+    run=runs(0),
+    workspace=st.sampled_from(["ws-a", "ws-b"]),
+    subject=st.sampled_from(["review:1", "review:2"]),
+    epochs=st.tuples(st.integers(min_value=1, max_value=2), st.integers(min_value=1, max_value=2)),
+    reason=st.sampled_from([None, *TerminationReason]),
+)
+def test_a_refused_fence_names_how_its_run_ended_only_in_the_sandboxs_subject(
+    run: AgentRun,
+    workspace: str,
+    subject: str,
+    epochs: tuple[int, int],
+    reason: TerminationReason | None,
+) -> None:
+    """Cancelled or ended only for a run of the sandbox's own workspace and subject that ended at
+    the fence's epoch; anything else is a lost lease."""
+    sandbox = replace(SANDBOX, workspace="ws-a", subject="review:1")
+    run_epoch, epoch = epochs
+    run = replace(run, workspace=workspace, subject=subject, epoch=run_epoch)
+    if run.state is AgentRunState.ENDED:
+        run = replace(run, end_reason=reason)
+    refusal = lease_refusal(run, sandbox, epoch)
+    own = (workspace, subject) == ("ws-a", "review:1")
+    if not (own and run_epoch == epoch and run.state is AgentRunState.ENDED):
+        assert refusal is LeaseRefusal.LEASE_LOST
+    elif reason is TerminationReason.CANCELLED:
+        assert refusal is LeaseRefusal.CANCELLED
+    else:
+        assert refusal is LeaseRefusal.ENDED
+    assert lease_refusal(None, sandbox, epoch) is LeaseRefusal.LEASE_LOST

@@ -33,12 +33,19 @@ from agentruns.domain import limits
 from agentruns.domain.errors import (
     InvalidRequest,
     InvalidToken,
+    LeaseLost,
     SandboxError,
     SandboxNotLive,
     StaleEpoch,
 )
 from agentruns.domain.run import AgentRun, AgentRunFence
-from agentruns.domain.sandbox import AgentSandbox, SandboxState, usable
+from agentruns.domain.sandbox import (
+    AgentSandbox,
+    SandboxLeaseRefused,
+    SandboxState,
+    lease_refusal,
+    usable,
+)
 from agentruns.domain.termination import TerminationReason
 
 SHUTDOWN_POLICIES = frozenset({"Delete", "DeleteForeground", "Retain"})
@@ -227,11 +234,19 @@ class AgentSandboxes:
             return run
 
     async def renew(self, token: str | None, run_id: UUID, epoch: int, runs: AgentRuns) -> AgentRun:
-        """The heartbeat of a run this sandbox holds, fenced by its epoch."""
-        async with self._scope.transaction() as tx:
-            sandbox = await self.hold(tx, token)
-            fence = await _own_fence(tx, sandbox, run_id, epoch, runs)
-            return await runs.renew(fence, tx=tx)
+        """The heartbeat of a run this sandbox holds, fenced by its epoch. A fence that does not
+        hold raises :class:`~agentruns.domain.sandbox.SandboxLeaseRefused`, saying whether the
+        run was lost, cancelled or ended at that epoch."""
+        sandbox: AgentSandbox | None = None
+        try:
+            async with self._scope.transaction() as tx:
+                sandbox = await self.hold(tx, token)
+                fence = await _own_fence(tx, sandbox, run_id, epoch, runs)
+                return await runs.renew(fence, tx=tx)
+        except LeaseLost as lost:
+            if sandbox is None:
+                raise
+            raise await self._refused(sandbox, run_id, epoch, runs) from lost
 
     async def end(
         self,
@@ -241,11 +256,26 @@ class AgentSandboxes:
         reason: TerminationReason,
         runs: AgentRuns,
     ) -> AgentRun:
-        """Settle a run this sandbox holds, fenced by its epoch."""
+        """Settle a run this sandbox holds, fenced by its epoch (refused as :meth:`renew` is)."""
+        sandbox: AgentSandbox | None = None
+        try:
+            async with self._scope.transaction() as tx:
+                sandbox = await self.hold(tx, token)
+                fence = await _own_fence(tx, sandbox, run_id, epoch, runs)
+                return await runs.end(fence, reason, tx=tx)
+        except LeaseLost as lost:
+            if sandbox is None:
+                raise
+            raise await self._refused(sandbox, run_id, epoch, runs) from lost
+
+    async def _refused(
+        self, sandbox: AgentSandbox, run_id: UUID, epoch: int, runs: AgentRuns
+    ) -> SandboxLeaseRefused:
+        """Why the fence did not hold, read in a transaction of its own once the refused one
+        has rolled back (so the refused call still writes nothing)."""
         async with self._scope.transaction() as tx:
-            sandbox = await self.hold(tx, token)
-            fence = await _own_fence(tx, sandbox, run_id, epoch, runs)
-            return await runs.end(fence, reason, tx=tx)
+            run = await runs.stores.runs.get(tx, run_id)
+        return SandboxLeaseRefused(run_id, lease_refusal(run, sandbox, epoch))
 
 
 async def _own_fence(

@@ -1,4 +1,5 @@
-"""Sandbox states and the take-back rules of the sandbox reaper, as pure predicates."""
+"""Sandbox states, the take-back rules of the sandbox reaper, and why a sandbox's fenced call was
+refused, as pure predicates."""
 
 from __future__ import annotations
 
@@ -7,7 +8,10 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from uuid import UUID
 
-from agentruns.domain.errors import IllegalTransition, SandboxNotLive
+from agentruns.domain.errors import IllegalTransition, LeaseLost, SandboxNotLive
+from agentruns.domain.run import AgentRun
+from agentruns.domain.states import AgentRunState
+from agentruns.domain.termination import TerminationReason
 
 
 class SandboxState(enum.StrEnum):
@@ -134,3 +138,40 @@ def take_back_cause(
     if idle(sandbox, now, timings, subject_has_work=subject_has_work):
         return TakeBackCause.IDLE
     return None
+
+
+class LeaseRefusal(enum.StrEnum):
+    """Why a sandbox's renew or end under ``epoch`` was refused, as the gateway answers it: the
+    run was taken from that epoch (or is not the sandbox's to know about), cancelled at that
+    epoch, or ended at that epoch another way (its deadline, its own end)."""
+
+    LEASE_LOST = "lease_lost"
+    CANCELLED = "cancelled"
+    ENDED = "ended"
+
+
+def lease_refusal(run: AgentRun | None, sandbox: AgentSandbox, epoch: int) -> LeaseRefusal:
+    """The refusal of a fenced call at ``epoch`` whose fence did not hold, given the run as it
+    is now. Only a run of the sandbox's own workspace and subject that ended at that very epoch
+    says how it ended; any other run, or none, is a lost lease, so a refusal tells a sandbox
+    nothing of runs outside its subject."""
+    if (
+        run is None
+        or run.workspace != sandbox.workspace
+        or run.subject != sandbox.subject
+        or run.epoch != epoch
+        or run.state is not AgentRunState.ENDED
+    ):
+        return LeaseRefusal.LEASE_LOST
+    if run.end_reason is TerminationReason.CANCELLED:
+        return LeaseRefusal.CANCELLED
+    return LeaseRefusal.ENDED
+
+
+class SandboxLeaseRefused(LeaseLost):
+    """A sandbox's fence no longer holds its run, and why (:class:`LeaseRefusal`)."""
+
+    def __init__(self, run_id: UUID, reason: LeaseRefusal) -> None:
+        super().__init__(f"the lease of run {run_id} does not hold: {reason}")
+        self.run_id = run_id
+        self.reason = reason

@@ -20,7 +20,11 @@ limit; 408 for a body not received within ``body_timeout``; 400 for a body that 
 for a body or path that does not validate; 409 when the fence no longer holds; 404 and 405 for
 other paths and methods; 503 when the database cannot be reached. Every answer but a success is
 ``{"detail": <a fixed phrase of its status>}``: no refusal echoes the input or says which check
-failed. Each route is one transaction, so a refused call writes nothing.
+failed. The one exception is a renew or an end whose fence does not hold: its 409 adds
+``"reason"``, ``"lease_lost"`` (taken back, another epoch, or not this sandbox's run),
+``"cancelled"`` or ``"ended"`` (the run ended at that epoch), so a sandbox knows whether to
+stop its work as cancelled; only a run of the sandbox's own subject says more than
+``lease_lost``. Each route is one transaction, so a refused call writes nothing.
 
 :func:`serve` (from :mod:`agentruns.entrypoints.http`) runs the app with uvicorn until the
 caller's stop event is set.
@@ -55,7 +59,7 @@ from agentruns.domain.errors import (
 )
 from agentruns.domain.limits import MAX_EPOCH
 from agentruns.domain.run import AgentRun
-from agentruns.domain.sandbox import AgentSandbox
+from agentruns.domain.sandbox import AgentSandbox, SandboxLeaseRefused
 from agentruns.domain.termination import TerminationReason
 from agentruns.entrypoints.http import serve
 
@@ -297,6 +301,14 @@ def create_gateway(
 
         return handler
 
+    async def lease_refused(request: Request, exc: Exception) -> JSONResponse:
+        refusal = _refusal(409)
+        if isinstance(exc, SandboxLeaseRefused):
+            refusal = JSONResponse(
+                {"detail": _PHRASES[409], "reason": exc.reason.value}, status_code=409
+            )
+        return refusal
+
     async def http_error(request: Request, exc: Exception) -> JSONResponse:
         status = exc.status_code if isinstance(exc, HTTPException) else 500
         return _refusal(status)
@@ -305,6 +317,7 @@ def create_gateway(
     app.add_exception_handler(SandboxError, answer(401))  # InvalidToken, SandboxNotLive
     for lost in (LeaseLost, RunNotFound, IllegalTransition):
         app.add_exception_handler(lost, answer(409))
+    app.add_exception_handler(SandboxLeaseRefused, lease_refused)
     app.add_exception_handler(InvalidRequest, answer(422))
     app.add_exception_handler(RequestValidationError, answer(422))
     app.add_exception_handler(StoreUnavailable, answer(503))

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import base64
 import json
+import random
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
@@ -11,10 +12,11 @@ import httpx
 import jwt
 import pytest
 
+from agentruns.app.reaper import AgentRunReaper
 from agentruns.domain.sandbox import AgentSandbox, SandboxState
 from agentruns.domain.states import AgentRunState
 from agentruns.entrypoints.gateway import MAX_BODY_BYTES, create_gateway
-from tests.contract.sandboxes.world import START, World
+from tests.contract.sandboxes.world import START, World, run_kinds
 
 
 @pytest.fixture
@@ -220,6 +222,84 @@ async def test_an_expired_lease_cannot_be_renewed(world: World, http: httpx.Asyn
         f"/internal/agent/runs/{run.id}/renew", headers=bearer(token), json={"epoch": 1}
     )
     assert late.status_code == 409
+
+
+async def _refusal(
+    http: httpx.AsyncClient, token: str, run_id: object, epoch: int, route: str = "renew"
+) -> object:
+    """The reason of a fenced call's 409 (and that it is a 409 with the lease phrase)."""
+    body: dict[str, object] = {"epoch": epoch}
+    if route == "end":
+        body["reason"] = "completed"
+    answer = await http.post(
+        f"/internal/agent/runs/{run_id}/{route}", headers=bearer(token), json=body
+    )
+    assert answer.status_code == 409, answer.text
+    assert set(answer.json()) == {"detail", "reason"}
+    assert answer.json()["detail"] == "the lease does not hold"
+    return answer.json()["reason"]
+
+
+async def test_a_refused_renew_says_the_run_was_cancelled_ended_or_lost(
+    world: World, http: httpx.AsyncClient
+) -> None:
+    """A sandbox told 409 learns why: its run was cancelled or ended at its epoch (so it stops
+    the work for good), or the lease was lost (another epoch, taken back, expired)."""
+    _, token = await started(world)
+    cancelled = await world.runs.enqueue("code", workspace="ws", subject="task:1")
+    assert (await http.post("/internal/agent/next", headers=bearer(token))).status_code == 200
+    assert await _refusal(http, token, cancelled.id, 2) == "lease_lost"  # another epoch
+    await world.runs.cancel(cancelled.id)
+    assert await _refusal(http, token, cancelled.id, 1) == "cancelled"
+    assert await _refusal(http, token, cancelled.id, 1, "end") == "cancelled"
+    assert await _refusal(http, token, cancelled.id, 2) == "lease_lost"
+    after = await world.runs.get(cancelled.id)
+    assert (after.state, after.epoch) == (AgentRunState.ENDED, 1)  # the refusals wrote nothing
+
+    done = await world.runs.enqueue("code", workspace="ws", subject="task:1")
+    assert (await http.post("/internal/agent/next", headers=bearer(token))).status_code == 200
+    ended = await http.post(
+        f"/internal/agent/runs/{done.id}/end",
+        headers=bearer(token),
+        json={"epoch": 1, "reason": "completed"},
+    )
+    assert ended.status_code == 200
+    assert await _refusal(http, token, done.id, 1) == "ended"
+
+    lost = await world.runs.enqueue("code", workspace="ws", subject="task:1")
+    assert (await http.post("/internal/agent/next", headers=bearer(token))).status_code == 200
+    world.clock.advance(timedelta(seconds=31))
+    assert await _refusal(http, token, lost.id, 1) == "lease_lost"  # expired, not yet taken
+    await AgentRunReaper(world.stores, run_kinds(), random.Random(0)).tick()
+    requeued = await world.runs.get(lost.id)
+    assert requeued.state is AgentRunState.QUEUED
+    assert requeued.due_at is not None
+    world.clock.advance(max(timedelta(0), requeued.due_at - world.clock.now()))
+    again = await http.post("/internal/agent/next", headers=bearer(token))
+    assert again.json()["fence"]["epoch"] == 2
+    assert await _refusal(http, token, lost.id, 1) == "lease_lost"  # taken back, leased again
+    renewed = await http.post(
+        f"/internal/agent/runs/{lost.id}/renew", headers=bearer(token), json={"epoch": 2}
+    )
+    assert renewed.status_code == 200
+
+
+async def test_a_refusal_says_nothing_of_a_run_outside_the_sandboxs_subject(
+    world: World, http: httpx.AsyncClient
+) -> None:
+    """Another subject's, or another workspace's, cancelled run is only a lost lease to a
+    sandbox: the reason is told of its own subject's runs alone."""
+    _, token = await started(world)
+    _, neighbour = await started(world, "task:2")
+    abroad = await world.sandboxes.ensure("coder", workspace="ws-2", subject="task:1")
+    stranger = await world.token_of(abroad)
+    run = await world.runs.enqueue("code", workspace="ws", subject="task:1")
+    assert (await http.post("/internal/agent/next", headers=bearer(token))).status_code == 200
+    await world.runs.cancel(run.id)
+    assert await _refusal(http, token, run.id, 1) == "cancelled"
+    assert await _refusal(http, neighbour, run.id, 1) == "lease_lost"
+    assert await _refusal(http, stranger, run.id, 1) == "lease_lost"
+    assert await _refusal(http, stranger, run.id, 1, "end") == "lease_lost"
 
 
 async def test_tokens_are_taken_only_under_internal_agent(

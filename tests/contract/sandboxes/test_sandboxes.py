@@ -18,7 +18,7 @@ from agentruns.domain.errors import (
     SandboxNotLive,
     StaleEpoch,
 )
-from agentruns.domain.sandbox import AgentSandbox, SandboxState
+from agentruns.domain.sandbox import AgentSandbox, LeaseRefusal, SandboxLeaseRefused, SandboxState
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
 from tests.contract.sandboxes.world import CODER, GATEWAY_URL, START, TALKER, World
@@ -170,12 +170,15 @@ async def test_renew_and_end_are_fenced_to_the_sandbox_that_holds_the_run(world:
     world.clock.advance(timedelta(seconds=20))
     renewed = await world.sandboxes.renew(token, run.id, run.epoch, world.runs)
     assert renewed.leased_until == START + timedelta(seconds=50)
-    with pytest.raises(StaleEpoch):
+    with pytest.raises(SandboxLeaseRefused) as stale:
         await world.sandboxes.renew(token, run.id, run.epoch - 1, world.runs)
-    with pytest.raises(StaleEpoch):
+    assert stale.value.reason is LeaseRefusal.LEASE_LOST
+    assert isinstance(stale.value.__cause__, StaleEpoch)
+    with pytest.raises(SandboxLeaseRefused) as foreign:
         await world.sandboxes.end(
             other_token, run.id, run.epoch, TerminationReason.COMPLETED, world.runs
         )
+    assert foreign.value.reason is LeaseRefusal.LEASE_LOST
     ended = await world.sandboxes.end(
         token, run.id, run.epoch, TerminationReason.COMPLETED, world.runs
     )
