@@ -7,11 +7,12 @@ how long each sleeps, how and until which attempt they fail, whether the holder 
 The ``fault-recorded`` kind is written with recorded steps (ADRs/0022): each step's function
 first writes one row to ``fault_step_execution`` (the bench's own table) in a statement of its
 own, autocommitted, and only then works and returns; a row is an execution that happened, even
-when a SIGKILL follows at once. Its zombie holder pauses inside a step's function, so the step
+when a SIGKILL follows at once. Its zombie holder stalls inside a step's function, so the step
 that ran is refused its record and must run again under the next epoch. A step asked for while
 replaying, which returns its recorded result without running, is journaled as ``replayed``.
 
-A zombie holder pauses past its lease, then tries to write under its old fence: an explicit
+A zombie holder's process stalls past its lease (the event loop blocked, so its lease keeper
+sends no heartbeat either), then tries to write under its old fence: an explicit
 ``append_event`` and ``end``, then the next step boundary (renew, then append). Every attempt and
 whether the store accepted it is written, one JSON line each, to ``--journal``: a line written
 with ``os.write`` survives the SIGKILL that may follow.
@@ -26,6 +27,7 @@ import logging
 import os
 import random
 import signal
+import time
 import uuid
 from collections.abc import AsyncIterator
 from datetime import timedelta
@@ -98,7 +100,10 @@ def fault_kind(runs_ref: list[AgentRuns], journal: Journal, holder: str) -> RunK
 
     async def _zombie(run: AgentRun) -> None:
         runs = runs_ref[0]
-        await asyncio.sleep(ZOMBIE_PAUSE)  # the lease runs out; the reaper may take it back
+        # The whole process stalls (a long GC pause, a frozen VM): no heartbeat goes out, the
+        # lease runs out and the reaper may take the run back. An await here would not do: the
+        # worker's lease keeper would renew the lease of a step that only waits (ADRs/0023).
+        time.sleep(ZOMBIE_PAUSE)  # noqa: ASYNC251 - blocking the event loop is the point
         for what in ("append_event", "end"):
             journal.write(event="stale-attempt", what=what, run=run.id, epoch=run.epoch)
             try:
@@ -178,7 +183,7 @@ def recorded_kind(executions: Executions, journal: Journal, holder: str) -> RunK
             if stall:
                 # The lease runs out; the record that follows must be refused.
                 journal.write(event="stale-attempt", what="record", run=run.id, epoch=run.epoch)
-                await asyncio.sleep(ZOMBIE_PAUSE)
+                time.sleep(ZOMBIE_PAUSE)  # noqa: ASYNC251 - the process stalls, as above
             return {"execution": execution, "epoch": run.epoch}
 
         async def step(name: str, stall: bool = False) -> object:
