@@ -12,6 +12,7 @@ Time: stores decide on their own clock (the database clock for PostgreSQL, unles
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
@@ -447,6 +448,33 @@ class Notifier(Protocol):
         notifier or after, and not while it cannot listen), so a holder still learns it at its
         next fenced write (ADRs/0023). The callback runs in the event loop and must not block."""
         ...
+
+
+class CancelSubscribers:
+    """The :meth:`Notifier.on_cancel` subscribers of one notifier, told in subscription order;
+    one subscriber's bug is logged and stops neither the others nor the caller."""
+
+    __slots__ = ("_callbacks",)
+
+    def __init__(self) -> None:
+        self._callbacks: list[Callable[[UUID], None]] = []
+
+    def subscribe(self, callback: Callable[[UUID], None]) -> Callable[[], None]:
+        """Add ``callback``; the answer removes it (a second call does nothing)."""
+        self._callbacks.append(callback)
+
+        def unsubscribe() -> None:
+            if callback in self._callbacks:
+                self._callbacks.remove(callback)
+
+        return unsubscribe
+
+    def tell(self, run_id: UUID) -> None:
+        for callback in list(self._callbacks):
+            try:
+                callback(run_id)
+            except Exception:
+                logging.getLogger("agentruns.notifier").exception("a cancel subscriber failed")
 
 
 @dataclass(frozen=True, slots=True)

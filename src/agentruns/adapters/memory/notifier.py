@@ -11,37 +11,24 @@ the process at once, after the commit (ADRs/0023).
 from __future__ import annotations
 
 import asyncio
-import logging
 from collections.abc import Callable
 from uuid import UUID
 
-from agentruns.app.ports import Notifier
-
-log = logging.getLogger("agentruns.notifier")
+from agentruns.app.ports import CancelSubscribers, Notifier
 
 
 class MemoryNotifier(Notifier):
     def __init__(self) -> None:
         self._event = asyncio.Event()
         self._pending = False
-        self._cancel_callbacks: list[Callable[[UUID], None]] = []
+        self._cancels = CancelSubscribers()
 
     def on_cancel(self, callback: Callable[[UUID], None]) -> Callable[[], None]:
-        self._cancel_callbacks.append(callback)
-
-        def unsubscribe() -> None:
-            if callback in self._cancel_callbacks:
-                self._cancel_callbacks.remove(callback)
-
-        return unsubscribe
+        return self._cancels.subscribe(callback)
 
     def cancelled(self, run_id: UUID) -> None:
         """Tell the subscribers that leased run ``run_id`` was ended under its holder."""
-        for callback in list(self._cancel_callbacks):
-            try:
-                callback(run_id)
-            except Exception:  # one subscriber's bug must not stop the others, nor the commit
-                log.exception("a cancel subscriber failed")
+        self._cancels.tell(run_id)
 
     def notify(self) -> None:
         event, self._event = self._event, asyncio.Event()

@@ -31,7 +31,7 @@ from uuid import UUID
 import psycopg
 
 from agentruns.adapters.postgres.connections import ConnectionOptions, libpq_url
-from agentruns.app.ports import Notifier
+from agentruns.app.ports import CancelSubscribers, Notifier
 
 CHANNEL = "agent_run"
 CANCEL_CHANNEL = "agent_run_cancel"
@@ -52,16 +52,10 @@ class PostgresNotifier(Notifier):
         self._warned = False
         self._connection: psycopg.AsyncConnection[object] | None = None
         self._lock = asyncio.Lock()
-        self._cancel_callbacks: list[Callable[[UUID], None]] = []
+        self._cancels = CancelSubscribers()
 
     def on_cancel(self, callback: Callable[[UUID], None]) -> Callable[[], None]:
-        self._cancel_callbacks.append(callback)
-
-        def unsubscribe() -> None:
-            if callback in self._cancel_callbacks:
-                self._cancel_callbacks.remove(callback)
-
-        return unsubscribe
+        return self._cancels.subscribe(callback)
 
     def _cancelled(self, payload: str) -> None:
         try:
@@ -69,11 +63,7 @@ class PostgresNotifier(Notifier):
         except ValueError:
             log.warning("a cancel notification without a run id: %r", payload[:100])
             return
-        for callback in list(self._cancel_callbacks):
-            try:
-                callback(run_id)
-            except Exception:  # one subscriber's bug must not stop the others, nor the wait
-                log.exception("a cancel subscriber failed")
+        self._cancels.tell(run_id)
 
     @property
     def listens(self) -> bool:
