@@ -170,27 +170,22 @@ def enqueue(
                     named = f"{kind}:{now.timestamp():.6f}" if key is None else f"{kind}:{key}"
                 due_at = None if due is None else moment(due, "--due", now)
                 deadline_at = None if deadline is None else moment(deadline, "--deadline", now)
-                if key is None:
-                    run = await runs.enqueue(
+                if key is not None:
+                    return await runs.enqueue_once(
                         kind,
                         workspace=workspace,
                         subject=named,
+                        key=key,
                         band=band,
                         payload=data,
                         due_at=due_at,
                         deadline_at=deadline_at,
                     )
-                    return Enqueued(run, created=True)
-                return await runs.enqueue_once(
-                    kind,
-                    workspace=workspace,
-                    subject=named,
-                    key=key,
-                    band=band,
-                    payload=data,
-                    due_at=due_at,
-                    deadline_at=deadline_at,
-                )
+                run = await runs.enqueue(
+                    kind, workspace=workspace, subject=named, band=band, payload=data,
+                    due_at=due_at, deadline_at=deadline_at,
+                )  # fmt: skip
+                return Enqueued(run, created=True)
 
             done = _using(built, action)
         print(done.run.id)
