@@ -37,7 +37,7 @@ from agentruns.app.keeper import LeaseKeeper
 from agentruns.app.kinds import RunKind, RunKinds, StepEvent
 from agentruns.app.metrics import Metrics, NoMetrics
 from agentruns.app.ports import Clock, HolderStore, NewFailure, Notifier
-from agentruns.app.recorded import RecordedSteps, StepContext
+from agentruns.app.recorded import RecordedSteps, RunWaiting, StepContext
 from agentruns.app.runs import AgentRuns
 from agentruns.app.settler import GroupSettler
 from agentruns.app.tracing import NoTracing, RunTrace, Tracing
@@ -178,6 +178,9 @@ class Worker:
                 span.end()
             self._metrics.ended(run.kind, TerminationReason.COMPLETED)
             outcome = RunOutcome.COMPLETED
+        except RunWaiting:
+            # Given back to wait or sleep (ADRs/0025): neither a failure nor an end.
+            outcome = RunOutcome.WAITING
         except LeaseLost:
             outcome = await self._lost(run)
         except StoreUnavailable:
@@ -237,7 +240,12 @@ class Worker:
 
             return (await boundary.step(event, label)).data
 
-        await steps.function(run, StepContext(run, replay, record))
+        async def wait(name: str | None, occurrence: int, longest: timedelta) -> JsonObject | None:
+            return await self._runs.wait_point(
+                run.fence, name=name, occurrence=occurrence, longest=longest
+            )
+
+        await steps.function(run, StepContext(run, replay, record, wait))
         replay.finish()
 
     def _unreachable(self, run: AgentRun) -> RunOutcome:
