@@ -3,6 +3,7 @@ that is not due, still its subject's head, and spends no attempt."""
 
 from __future__ import annotations
 
+from collections import Counter
 from datetime import timedelta
 
 import pytest
@@ -17,6 +18,7 @@ from agentruns.domain.recorded_steps import RECORDED_STEP
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import RunOutcome, TerminationReason
+from agentruns.testing import HarnessFactory
 from tests.contract.conftest import Backend
 from tests.contract.kinds import policy
 
@@ -276,3 +278,62 @@ async def test_two_waits_for_one_name_take_two_signals(
     await runs.signal(run.id, "ok", 2)
     assert await drive_one(runs, worker) is RunOutcome.COMPLETED
     assert got == [1, 1, 2]  # the first attempt got 1, the replay 1 again, then 2
+
+
+async def _ask_then_nap(run: AgentRun, ctx: StepContext) -> None:
+    try:
+        answer = await ctx.wait_for("approval", timeout=TIMEOUT)
+    except WaitTimedOut:
+        answer = "no answer"
+
+    async def note() -> object:
+        return answer
+
+    await ctx.step("answer", note)
+    await ctx.sleep(NAP)
+    await ctx.step("after nap", note)
+
+
+ASK = RunKind(policy("ask"), RecordedSteps(_ask_then_nap))
+
+
+async def test_the_harness_stops_at_a_wait_and_plays_the_sleep(
+    agentruns_harness: HarnessFactory,
+) -> None:
+    """drain() stops at a wait with no signal (the clock is not moved to its timeout); once
+    signalled, the next drain resumes it and plays its sleep on the manual clock."""
+    harness = agentruns_harness(ASK)
+    started = harness.clock.now()
+    run = await harness.runs.enqueue("ask", workspace="acme", subject="s")
+    report = await harness.drain()
+    assert report.outcomes == Counter({RunOutcome.WAITING: 1})
+    assert harness.clock.now() == started
+    assert (await harness.runs.get(run.id)).waiting_for == "approval"
+
+    await harness.runs.signal(run.id, "approval", "yes")
+    report = await harness.drain()
+    assert report.outcomes == Counter({RunOutcome.WAITING: 1, RunOutcome.COMPLETED: 1})
+    assert harness.clock.now() == started + NAP
+    done = await harness.runs.get(run.id)
+    assert (done.end_reason, done.attempt) == (TerminationReason.COMPLETED, 0)
+    results = [e.data["result"] for e in await harness.runs.events(run.id)]
+    assert results == [
+        {"signal_id": results[0]["signal_id"], "payload": "yes"},
+        "yes",
+        {"slept": True},
+        "yes",
+    ]  # type: ignore[index]
+
+
+async def test_the_harness_plays_a_timeout_up_to_until(
+    agentruns_harness: HarnessFactory,
+) -> None:
+    harness = agentruns_harness(ASK)
+    started = harness.clock.now()
+    run = await harness.runs.enqueue("ask", workspace="acme", subject="s")
+    await harness.drain(until=started + TIMEOUT + NAP)
+    assert harness.clock.now() == started + TIMEOUT + NAP
+    done = await harness.runs.get(run.id)
+    assert done.end_reason is TerminationReason.COMPLETED
+    results = [e.data["result"] for e in await harness.runs.events(run.id)]
+    assert results == [{"timed_out": True}, "no answer", {"slept": True}, "no answer"]
