@@ -13,7 +13,8 @@ from agentruns.app.reaper import AgentRunReaper
 from agentruns.app.recorded import RecordedSteps, StepContext
 from agentruns.app.runs import AgentRuns
 from agentruns.app.worker import Worker
-from agentruns.domain.errors import RunAlreadyEnded, RunNotFound, WaitTimedOut
+from agentruns.domain.errors import InvalidRequest, RunAlreadyEnded, RunNotFound, WaitTimedOut
+from agentruns.domain.limits import MAX_JSON_BYTES
 from agentruns.domain.recorded_steps import RECORDED_STEP
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
@@ -337,3 +338,22 @@ async def test_the_harness_plays_a_timeout_up_to_until(
     assert done.end_reason is TerminationReason.COMPLETED
     results = [e.data["result"] for e in await harness.runs.events(run.id)]
     assert results == [{"timed_out": True}, "no answer", {"slept": True}, "no answer"]
+
+
+async def test_a_bad_signal_is_refused_and_writes_nothing(
+    runs: AgentRuns, worker: Worker, approver: Approver
+) -> None:
+    run = await runs.enqueue("approve", workspace="acme", subject="s")
+    assert await drive_one(runs, worker) is RunOutcome.WAITING
+    with pytest.raises(InvalidRequest, match="at most 1048576 bytes"):
+        await runs.signal(run.id, "approval", "x" * (MAX_JSON_BYTES - 40))
+    with pytest.raises(InvalidRequest, match="non-finite"):
+        await runs.signal(run.id, "approval", float("nan"))
+    with pytest.raises(InvalidRequest, match="name"):
+        await runs.signal(run.id, "", None)
+    with pytest.raises(InvalidRequest, match="id"):
+        await runs.signal(run.id, "approval", None, signal_id="")
+    assert await runs.signals(run.id) == []
+    still = await runs.get(run.id)
+    assert still.waiting_for == "approval"
+    assert await runs.claim(worker.holder) == []

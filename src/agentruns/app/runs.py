@@ -550,6 +550,14 @@ class AgentRuns:
         checked_name = _name(name, "a signal's name")
         checked = validate_payload({"payload": payload})["payload"]
         given = str(self._new_id()) if signal_id is None else _name(signal_id, "a signal's id")
+        try:
+            # What the wait will record must fit a recorded step: refused now, not at the wait.
+            step_record(wait_step(checked_name), 1, {"signal_id": given, "payload": checked})
+        except InvalidRequest as error:
+            raise InvalidRequest(
+                f"signal {checked_name!r} cannot be delivered: its payload with its name and id "
+                f"must fit a recorded step of at most {limits.MAX_JSON_BYTES} bytes"
+            ) from error
         async with self.transaction() as inner:
             found = await self._stores.runs.lock(inner, run_id)
             if found is None:
@@ -598,6 +606,12 @@ class AgentRuns:
         _fence(fence)
         step = SLEEP_STEP if name is None else wait_step(name)
         async with self.transaction() as inner:
+            found = await self._stores.runs.get(inner, fence.run_id)
+            if found is None:
+                raise RunNotFound(f"no run {fence.run_id}")
+            # Lock order: the kind's domain row, then its run (a park moves the run).
+            handler = self.handler_of(found)
+            await handler.lock_domain_row(inner, found)
             await self._stores.runs.require_current(inner, fence)
             run = await self._stores.runs.get(inner, fence.run_id)
             now = await self._stores.runs.now(inner)
@@ -612,7 +626,8 @@ class AgentRuns:
             if result is None and until <= now:
                 result = TIMED_OUT if name is not None else SLEPT
             if result is None:
-                await self._stores.runs.park(inner, fence, waiting_for=name, until=until)
+                parked = await self._stores.runs.park(inner, fence, waiting_for=name, until=until)
+                await handler.on_moved(inner, parked)
                 return None
             record = step_record(step, occurrence, result)
             await self._stores.events.renew_and_append(inner, fence, RECORDED_STEP, record)
