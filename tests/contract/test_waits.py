@@ -3,7 +3,11 @@ that is not due, still its subject's head, and spends no attempt."""
 
 from __future__ import annotations
 
+import asyncio
+import logging
+import random
 from collections import Counter
+from collections.abc import Awaitable, Callable
 from datetime import timedelta
 
 import pytest
@@ -357,3 +361,49 @@ async def test_a_bad_signal_is_refused_and_writes_nothing(
     still = await runs.get(run.id)
     assert still.waiting_for == "approval"
     assert await runs.claim(worker.holder) == []
+
+
+async def test_a_signal_wakes_an_idle_worker_and_a_wait_is_no_failure(
+    runs: AgentRuns,
+    kinds: RunKinds,
+    backend: Backend,
+    approver: Approver,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A worker idle on a long poll interval claims the signalled run at once (the wake-up an
+    enqueue sends); the wait is logged and counted as waiting, never as a failure."""
+    worker = Worker(
+        runs, kinds, backend.stores.notifier, random.Random(3), holder="idle", poll_interval=30
+    )
+    stop = asyncio.Event()
+    loop = asyncio.create_task(worker.run(stop, grace=1))
+    try:
+        run = await runs.enqueue("approve", workspace="acme", subject="s")
+        await _eventually(lambda: _true(worker.stats.outcomes.get(RunOutcome.WAITING) == 1))
+        await asyncio.sleep(0.1)  # the worker is idle again, on its 30 s poll
+        with caplog.at_level(logging.INFO, logger="agentruns.worker"):
+            await runs.signal(run.id, "approval", "go")
+            await _eventually(lambda: _ended(runs, run))
+    finally:
+        stop.set()
+        await loop
+    assert (await runs.get(run.id)).end_reason is TerminationReason.COMPLETED
+    assert worker.stats.outcomes == {RunOutcome.WAITING: 1, RunOutcome.COMPLETED: 1}
+    assert not [record for record in caplog.records if record.levelno >= logging.WARNING]
+
+
+async def _true(value: bool) -> bool:
+    return value
+
+
+async def _ended(runs: AgentRuns, run: AgentRun) -> bool:
+    return (await runs.get(run.id)).state is AgentRunState.ENDED
+
+
+async def _eventually(check: Callable[[], Awaitable[bool]], *, seconds: float = 5.0) -> None:
+    """Polls ``check`` every 10 ms for at most ``seconds`` (well under the worker's 30 s poll)."""
+    for _ in range(int(seconds / 0.01)):
+        if await check():
+            return
+        await asyncio.sleep(0.01)
+    raise AssertionError(f"not so within {seconds} s")
