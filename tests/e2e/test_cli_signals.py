@@ -30,6 +30,7 @@ def test_a_waiting_run_is_listed_shown_signalled_once_and_resumes(postgres_url: 
     assert [found["id"] for found in listed["runs"]] == [str(run_id)]
     table = ok(invoke(postgres_url, "runs", "show", str(run_id)))
     assert "for signal 'approval' until" in table
+    assert "waiting: approval" in ok(invoke(postgres_url, "runs", "list", "--state", "waiting"))
 
     sent = invoke(
         postgres_url,

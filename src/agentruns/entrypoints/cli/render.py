@@ -317,6 +317,8 @@ def run_list(runs: list[AgentRun]) -> RenderableType:
     listed.add_column("last failure")
     for shown in runs:
         state = str(shown.state) if shown.end_reason is None else f"ended: {shown.end_reason}"
+        if is_waiting(shown):
+            state = "asleep" if shown.waiting_for is None else f"waiting: {shown.waiting_for}"
         _row(
             listed,
             str(shown.id),
