@@ -241,9 +241,11 @@ class Worker:
             return (await boundary.step(event, label)).data
 
         async def wait(name: str | None, occurrence: int, longest: timedelta) -> JsonObject | None:
-            return await self._runs.wait_point(
+            record = await self._runs.wait_point(
                 run.fence, name=name, occurrence=occurrence, longest=longest
             )
+            self._metrics.waited(run.kind, came_to(record))
+            return record
 
         await steps.function(run, StepContext(run, replay, record, wait))
         replay.finish()
@@ -464,6 +466,19 @@ class Worker:
         for future in pending:
             future.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+
+
+def came_to(record: JsonObject | None) -> str:
+    """What a holder's wait came to, from the record it resolved into (None: given back)."""
+    if record is None:
+        return "waiting"
+    result = record.get("result")
+    if isinstance(result, dict):
+        if result.get("timed_out") is True:
+            return "timed_out"
+        if result.get("slept") is True:
+            return "slept"
+    return "signalled"
 
 
 def _claim_failed(error: Exception, *, drain: bool) -> None:
