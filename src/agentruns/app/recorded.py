@@ -7,6 +7,9 @@ that renews the lease (the renewal first: a holder that lost its lease records n
 run is claimed again (a failure retried, a lease taken back), the worker reads its recorded steps
 once and the same calls return their recorded results without running ``fn`` again; the code
 after them runs as usual. The replay rule is :mod:`agentruns.domain.recorded_steps`.
+
+``await ctx.wait_for(name, timeout=...)`` and ``await ctx.sleep(duration)`` give the lease back
+until a signal or a time (ADRs/0025); the wait's answer is a recorded step of its own.
 """
 
 from __future__ import annotations
