@@ -61,6 +61,9 @@ _HOMES: dict[str, str] = {
     "AgentRuns": "agentruns.app.runs",
     "RunPage": "agentruns.app.runs",
     "Enqueued": "agentruns.app.runs",
+    # Durable waits (ADRs/0025)
+    "Signal": "agentruns.domain.waits",
+    "Delivered": "agentruns.domain.waits",
     "Worker": "agentruns.app.worker",
     "WorkerStats": "agentruns.app.worker",
     "AgentRunReaper": "agentruns.app.reaper",
@@ -94,6 +97,8 @@ _HOMES: dict[str, str] = {
     "StepOutOfOrder": "agentruns.domain.errors",
     "InvalidStepResult": "agentruns.domain.errors",
     "StepTimedOut": "agentruns.domain.errors",
+    "WaitTimedOut": "agentruns.domain.errors",
+    "RunAlreadyEnded": "agentruns.domain.errors",
     "SandboxError": "agentruns.domain.errors",
     "SandboxNotLive": "agentruns.domain.errors",
     "InvalidToken": "agentruns.domain.errors",
@@ -227,6 +232,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
         LeaseLost as LeaseLost,
         RecordedStepError as RecordedStepError,
         RetryBudgetExhausted as RetryBudgetExhausted,
+        RunAlreadyEnded as RunAlreadyEnded,
         RunNotFound as RunNotFound,
         SandboxError as SandboxError,
         SandboxNotLive as SandboxNotLive,
@@ -237,6 +243,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
         StoreUnavailable as StoreUnavailable,
         TransactionConflict as TransactionConflict,
         UnknownKind as UnknownKind,
+        WaitTimedOut as WaitTimedOut,
     )
     from agentruns.domain.failure_records import (
         FailureRecord as FailureRecord,
@@ -279,6 +286,10 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
     )
     from agentruns.domain.ticks import (
         ScheduleState as ScheduleState,
+    )
+    from agentruns.domain.waits import (
+        Delivered as Delivered,
+        Signal as Signal,
     )
     from agentruns.entrypoints.connect import (
         AgentRunsClient as AgentRunsClient,

@@ -241,6 +241,7 @@ def test_version_and_help_that_shows_every_default() -> None:
         ["db", "stop"],
         ["runs", "show"],
         ["runs", "cancel"],
+        ["runs", "signal"],
         ["runs", "retry"],
     ]
     for command in commands:

@@ -64,6 +64,16 @@ JOB = (
     "SELECT id, {workspace}, {subject}, {status}, {attempt} FROM agent_run WHERE id = %(run)s"
 )
 CURRENT = "(SELECT epoch FROM agent_run WHERE id = %(run)s)"
+# A wait's give-back and the signal's wake-up (ADRs/0025).
+PARK = (
+    "UPDATE agent_run SET state = 'queued', holder = NULL, leased_until = NULL, "
+    "due_at = now() + interval '1 day', waiting_for = 'approval', "
+    "waiting_until = now() + interval '1 day' WHERE id = %(run)s"
+)
+WAKE = (
+    "UPDATE agent_run SET due_at = now(), waiting_for = NULL, waiting_until = NULL "
+    "WHERE id = %(run)s"
+)
 
 
 def _job(
@@ -86,6 +96,7 @@ STARTS = {
     # The count moved past its events (legal by itself: the next append is what it breaks).
     "counted ahead": (CLAIM, EVENT.format(epoch=CURRENT), COUNT_ONE_MORE),
     "queued-job": (_job(),),
+    "waiting": (CLAIM, PARK),
 }
 
 
@@ -97,6 +108,20 @@ class Illegal:
 
 
 ILLEGAL = {
+    # A queued run's own writes: only a waiting run's wake-up moves it and leaves it queued.
+    "queued run made due again without a wait": Illegal(
+        "queued",
+        WAKE.replace("due_at = now()", "due_at = now() - interval '1 hour'"),
+        "guard_agent_run",
+    ),
+    "waiting run whose wait is moved, not ended": Illegal(
+        "waiting",
+        "UPDATE agent_run SET waiting_until = now() WHERE id = %(run)s",
+        "guard_agent_run",
+    ),
+    "waiting run woken into a lease without a claim": Illegal(
+        "waiting", WAKE.replace("SET ", "SET holder = 'w', "), "guard_agent_run_queued"
+    ),
     # The epoch: a claim takes exactly the next one, and nothing else changes it.
     "claim without an epoch increment": Illegal(
         "queued",
@@ -431,6 +456,19 @@ def test_the_legal_raw_writes_are_accepted(db: Db) -> None:
     assert db.execute(
         "SELECT count(*) FROM agent_run_event WHERE run_id = %(run)s", params
     ).fetchone() == (0,)
+
+
+def test_a_wait_and_its_wake_up_are_legal(db: Db) -> None:
+    """ADRs/0025: the give-back keeps the epoch and the attempt, the wake-up is the one
+    queued -> queued write besides a promotion, and the next claim takes the next epoch."""
+    run = _start(db, "waiting")
+    params = {"run": run}
+    db.execute(WAKE, params)
+    db.execute(CLAIM, params)
+    row = db.execute(
+        "SELECT state, epoch, attempt, waiting_until FROM agent_run WHERE id = %(run)s", params
+    )
+    assert row.fetchone() == ("leased", 2, 0, None)
 
 
 def test_a_lease_moved_into_the_past_is_legal_and_fences_nothing_else(db: Db) -> None:

@@ -155,6 +155,24 @@ async def test_a_run_page_shows_its_enqueue_key(client: AgentRunsClient) -> None
     assert '<td id="enqueue-key">-</td>' in plain_page
 
 
+async def test_a_run_page_shows_what_a_waiting_run_waits_for(client: AgentRunsClient) -> None:
+    """ADRs/0025: a run given back to wait says for which signal and until when."""
+    run = await client.runs.enqueue("summarise", workspace="acme", subject="doc:w")
+    leased = await client.runs.claim_subject("w1", "acme", "doc:w", kinds=["summarise"])
+    assert leased is not None
+    await client.runs.wait_point(
+        leased.fence, name="approval<1>", occurrence=1, longest=timedelta(hours=2)
+    )
+    async with _http(create_console(client)) as http:
+        page = (await http.get(f"/runs/{run.id}")).text
+        done = (await http.get(f"/runs/{(await _dead(client)).id}")).text
+    assert (
+        '<td id="waiting">for signal <code>approval&lt;1&gt;</code> until 2026-03-01 14:00:00'
+        in page
+    )
+    assert '<td id="waiting">-</td>' in done
+
+
 TIME = re.compile(r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?![^<]*(?:UTC|Europe/Paris))")
 
 

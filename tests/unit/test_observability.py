@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import json
 import logging
@@ -17,6 +18,7 @@ import pytest
 from dependency_injector import providers
 from prometheus_client import CollectorRegistry
 
+import agentruns
 from agentruns.adapters.prometheus import PrometheusMetrics, serve
 from agentruns.app.kinds import RunKind, StepEvent
 from agentruns.domain.backoff import Backoff
@@ -113,6 +115,38 @@ async def test_prometheus_counts_claims_renewals_ends_requeues_and_depth() -> No
     assert _value(registry, "agentruns_ends_total", kind="chat", reason=not_retryable) == 1
     assert _value(registry, "agentruns_queue_depth", band="batch") == 4
     assert _value(registry, "agentruns_queue_depth", band="interactive") == 0
+
+
+async def _ask(run: agentruns.AgentRun, ctx: agentruns.StepContext) -> None:
+    with contextlib.suppress(agentruns.WaitTimedOut):  # a timeout is an answer too
+        await ctx.wait_for("approval", timeout=timedelta(hours=1))
+    await ctx.sleep(timedelta(minutes=5))
+
+
+async def test_prometheus_counts_waits_signals_timeouts_and_sleeps() -> None:
+    """ADRs/0025: each wait of a holder is counted by what it came to; a wait is an attempt's
+    outcome ``waiting``, not a failure."""
+    metrics = PrometheusMetrics()
+    ask = agentruns.RunKind(RunKindPolicy(name="ask"), agentruns.RecordedSteps(_ask))
+    test = harness(ask)
+    test.container.metrics.override(providers.Object(metrics))
+    test.worker = test.container.worker(holder="test-worker")
+    answered = await test.runs.enqueue("ask", workspace="acme", subject="a")
+    await test.runs.enqueue("ask", workspace="acme", subject="b")
+    await test.drain()
+    await test.runs.signal(answered.id, "approval", "yes")
+    await test.drain(until=test.clock.now() + timedelta(hours=2))
+
+    registry = metrics.registry
+
+    def came_to(value: str) -> float | None:
+        return _value(registry, "agentruns_waits_total", kind="ask", came_to=value)
+
+    # Two waits and two sleeps given back; one signal, one timeout, two sleeps ended.
+    assert (came_to("waiting"), came_to("signalled"), came_to("timed_out")) == (4, 1, 1)
+    assert came_to("slept") == 2
+    assert _value(registry, "agentruns_run_seconds_count", kind="ask", outcome="waiting") == 4
+    assert _value(registry, "agentruns_ends_total", kind="ask", reason="completed") == 2
 
 
 async def test_a_lost_lease_is_counted_apart_from_a_failure() -> None:

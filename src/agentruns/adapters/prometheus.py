@@ -125,6 +125,13 @@ class PrometheusMetrics(Metrics):
         self._ends = Counter(
             "agentruns_ends", "Runs ended, by reason", ["kind", "reason"], registry=self.registry
         )
+        self._waits = Counter(
+            "agentruns_waits",
+            "Waits and sleeps of recorded kinds, by what each came to: waiting (the lease given "
+            "back), signalled, timed_out, slept",
+            ["kind", "came_to"],
+            registry=self.registry,
+        )
         self._depth = Gauge(
             "agentruns_queue_depth", "Queued runs by band", ["band"], registry=self.registry
         )
@@ -184,6 +191,9 @@ class PrometheusMetrics(Metrics):
 
     def ended(self, kind: str, reason: TerminationReason) -> None:
         self._ends.labels(kind, str(reason)).inc()
+
+    def waited(self, kind: str, came_to: str) -> None:
+        self._waits.labels(kind, came_to).inc()
 
     def queue_depth(self, depths: Mapping[Band, int]) -> None:
         for band in Band:

@@ -55,6 +55,12 @@ class Metrics(Protocol):
 
     def ended(self, kind: str, reason: TerminationReason) -> None: ...
 
+    def waited(self, kind: str, came_to: str) -> None:
+        """A holder's wait or sleep (ADRs/0025) came to ``came_to``: ``waiting`` (the run was
+        given back to wait), ``signalled`` (a signal answered it), ``timed_out`` (its timeout
+        passed first) or ``slept`` (a sleep ended)."""
+        ...
+
     def queue_depth(self, depths: Mapping[Band, int]) -> None:
         """Queued runs by band, as last seen."""
         ...
@@ -85,6 +91,9 @@ class NoMetrics(Metrics):
         return None
 
     def ended(self, kind: str, reason: TerminationReason) -> None:
+        return None
+
+    def waited(self, kind: str, came_to: str) -> None:
         return None
 
     def queue_depth(self, depths: Mapping[Band, int]) -> None:

@@ -25,10 +25,11 @@ from agentruns.domain.claim_order import SubjectKey
 from agentruns.domain.errors import AgentRunsError
 from agentruns.domain.failure_records import FailureDetail, FailureRecord
 from agentruns.domain.holders import Holder, HolderBeat
-from agentruns.domain.payload import JsonObject
+from agentruns.domain.payload import JsonObject, JsonValue
 from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
+from agentruns.domain.waits import Delivered, Signal
 
 
 class Clock(Protocol):
@@ -127,6 +128,8 @@ class RunQuery:
     enqueued_before: datetime | None = None
     before_seq: int | None = None
     limit: int = 50
+    # Only waiting runs (queued, with a wait's end: ADRs/0025); with ``state`` QUEUED.
+    waiting: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -275,6 +278,40 @@ class RunStore(Protocol):
     ) -> AgentRun:
         """LEASED -> QUEUED, due after ``delay``; a charged requeue spends an attempt (refused
         with RetryBudgetExhausted past ``retry_budget``). Notifies on commit."""
+        ...
+
+    async def park(
+        self, tx: Transaction, fence: AgentRunFence, *, waiting_for: str | None, until: datetime
+    ) -> AgentRun:
+        """A wait or a sleep (ADRs/0025): LEASED -> QUEUED under the fence, no attempt spent,
+        due at ``until`` (not before now), waiting for the signal ``waiting_for`` (``None``: a
+        sleep) until ``until``; the run stays its subject's head."""
+        ...
+
+    async def clear_wait(self, tx: Transaction, fence: AgentRunFence) -> None:
+        """The leased run's wait resolved (its step is recorded): it waits for nothing."""
+        ...
+
+    async def wake(self, tx: Transaction, run_id: UUID, name: str) -> bool:
+        """If the run is queued waiting for the signal ``name``: due now, waiting no more, and
+        the claimers woken on commit (as an enqueue wakes them). Whether it was."""
+        ...
+
+    async def deliver_signal(
+        self, tx: Transaction, run_id: UUID, name: str, signal_id: str, payload: JsonValue
+    ) -> Delivered:
+        """Keep the signal, once per (run, ``signal_id``): a second delivery of the id writes
+        nothing and answers the first's signal (``created`` False)."""
+        ...
+
+    async def signal_of(
+        self, tx: Transaction, run_id: UUID, name: str, occurrence: int
+    ) -> Signal | None:
+        """The ``occurrence``-th signal named ``name`` delivered to the run (from 1), if any."""
+        ...
+
+    async def signals(self, tx: Transaction, run_id: UUID) -> list[Signal]:
+        """The run's signals in delivery order."""
         ...
 
     async def expired(

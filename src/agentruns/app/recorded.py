@@ -7,18 +7,24 @@ that renews the lease (the renewal first: a holder that lost its lease records n
 run is claimed again (a failure retried, a lease taken back), the worker reads its recorded steps
 once and the same calls return their recorded results without running ``fn`` again; the code
 after them runs as usual. The replay rule is :mod:`agentruns.domain.recorded_steps`.
+
+``await ctx.wait_for(name, timeout=...)`` and ``await ctx.sleep(duration)`` give the lease back
+until a signal or a time (ADRs/0025); the wait's answer is a recorded step of its own.
 """
 
 from __future__ import annotations
 
 from collections.abc import AsyncIterator, Awaitable, Callable
+from datetime import timedelta
 from typing import ParamSpec, TypeVar, cast
 
 from agentruns.app.kinds import StepEvent
-from agentruns.domain.errors import StepOutOfOrder
+from agentruns.domain import limits
+from agentruns.domain.errors import InvalidRequest, StepOutOfOrder, WaitTimedOut
 from agentruns.domain.payload import JsonObject
 from agentruns.domain.recorded_steps import RECORDED_STEP, RecordedStep, Replay, step_record
 from agentruns.domain.run import AgentRun
+from agentruns.domain.waits import SLEEP_STEP, wait_step
 
 P = ParamSpec("P")
 T = TypeVar("T")
@@ -28,17 +34,34 @@ T = TypeVar("T")
 # (the step's label, its work)
 Boundary = Callable[[str, Callable[[], Awaitable[JsonObject]]], Awaitable[JsonObject]]
 
+# A holder's wait (ADRs/0025): (the signal's name, None for a sleep; the occurrence of its step;
+# the timeout) -> the wait's record when it resolved, None when the run was given back.
+Waiter = Callable[[str | None, int, timedelta], Awaitable[JsonObject | None]]
+
+# The longest a wait or a sleep may last.
+MAX_WAIT = limits.MAX_DELAY
+
+
+class RunWaiting(BaseException):
+    """Raised out of a recorded kind's code when its run was given back to wait (ADRs/0025):
+    the worker stops driving the run, which is neither a failure nor an end. A
+    ``BaseException``, so a kind's ``except Exception`` does not swallow it; a ``finally``
+    runs as for any exit."""
+
 
 class StepContext:
     """What a recorded kind's code gets beside its run: :meth:`step`, the one way to make a step
     whose result survives a retry. One context serves one attempt of one run."""
 
-    __slots__ = ("_boundary", "_replay", "_running", "run")
+    __slots__ = ("_boundary", "_replay", "_running", "_waiter", "run")
 
-    def __init__(self, run: AgentRun, replay: Replay, boundary: Boundary) -> None:
+    def __init__(
+        self, run: AgentRun, replay: Replay, boundary: Boundary, waiter: Waiter | None = None
+    ) -> None:
         self.run = run
         self._replay = replay
         self._boundary = boundary
+        self._waiter = waiter
         self._running: str | None = None  # the step being run, if one is
 
     @property
@@ -79,6 +102,49 @@ class StepContext:
         finally:
             self._running = None
         return cast(T, record["result"])
+
+    # The wait's own bound is durable (the run's, not this call's): hence a timeout parameter.
+    async def wait_for(self, name: str, *, timeout: timedelta) -> object:  # noqa: ASYNC109
+        """Wait for the signal ``name`` (``AgentRuns.signal``) for at most ``timeout``, and
+        return its payload (ADRs/0025). A signal delivered before the wait is returned at once.
+        Else the run gives its lease back (its worker slot is freed, no attempt is spent, it
+        stays its subject's head) and is claimed again when the signal arrives or the timeout
+        passes: its recorded steps replay and this call returns the payload, or raises
+        :class:`~agentruns.WaitTimedOut`. The answer is a recorded step ``wait:<name>``: a
+        later replay returns the same."""
+        result = await self._wait(name, timeout)
+        if result.get("timed_out") is True:
+            raise WaitTimedOut(
+                name, f"the wait for signal {name!r} timed out after {timeout} with no signal"
+            )
+        return result.get("payload")
+
+    async def sleep(self, duration: timedelta) -> None:
+        """Sleep durably for ``duration`` (ADRs/0025): the run gives its lease back as a wait
+        does and is due again at that time; no attempt is spent and the subject is kept. On
+        resume the sleep is a recorded step ``sleep`` that returns at once."""
+        await self._wait(None, duration)
+
+    async def _wait(self, name: str | None, longest: timedelta) -> JsonObject:
+        limits.duration(longest, "a wait's timeout", longest=MAX_WAIT)
+        if self._running is not None:
+            raise StepOutOfOrder(
+                f"a wait was asked for while step {self._running!r} runs: a run waits between "
+                "its steps"
+            )
+        step = SLEEP_STEP if name is None else wait_step(name)
+        occurrence, recorded = self._replay.ask(step)
+        if recorded is not None:
+            return cast(JsonObject, recorded.result)
+        if self._waiter is None:
+            raise InvalidRequest(
+                "a run waits only when a worker drives it: its steps were run as a plain "
+                "generator, with no store to wait in"
+            )
+        record = await self._waiter(name, occurrence, longest)
+        if record is None:
+            raise RunWaiting()
+        return cast(JsonObject, record["result"])
 
 
 RecordedFunction = Callable[[AgentRun, StepContext], Awaitable[None]]

@@ -39,15 +39,27 @@ from agentruns.domain.errors import (
     AgentRunsError,
     IllegalTransition,
     InvalidRequest,
+    RunAlreadyEnded,
     RunNotFound,
     TransactionConflict,
     UnknownKind,
 )
 from agentruns.domain.failure_records import FailureRecord
-from agentruns.domain.payload import validate_payload
+from agentruns.domain.payload import JsonObject, validate_payload
+from agentruns.domain.recorded_steps import RECORDED_STEP, step_record
 from agentruns.domain.run import AgentRun, AgentRunFence, continue_after, retry_after_end
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
+from agentruns.domain.waits import (
+    SLEEP_STEP,
+    SLEPT,
+    TIMED_OUT,
+    Delivered,
+    Signal,
+    same_wait,
+    signalled,
+    wait_step,
+)
 
 # A budget hold makes the claim roll back and try again without the held workspaces; a few
 # rounds are plenty, since each round holds at least one more workspace.
@@ -56,6 +68,8 @@ _CONFLICT_RETRIES = 3
 MAX_PAGE = 1000
 _E = TypeVar("_E", AgentRunState, TerminationReason)
 _CURSOR_PREFIX = "r"
+# The state filter of list_runs that names the waiting runs, a kind of queued run (ADRs/0025).
+WAITING = "waiting"
 
 
 @dataclass(frozen=True, slots=True)
@@ -515,6 +529,112 @@ class AgentRuns:
             await handler.on_moved(inner, run)
             return run
 
+    async def signal(
+        self,
+        run_id: UUID,
+        name: str,
+        payload: object = None,
+        *,
+        signal_id: str | None = None,
+    ) -> Delivered:
+        """Deliver the signal ``name`` with its JSON ``payload`` to the run (ADRs/0025): kept
+        for the run's wait for that name (the k-th wait for a name takes the k-th signal of
+        it), and a run waiting for it now is due at once (idle claimers are woken on commit).
+
+        Delivered once per ``signal_id``: a delivery whose id the run has seen writes nothing
+        and answers the first delivery's signal (``created`` False), even after the run ended.
+        Without an id, each delivery is a signal of its own (an id is made for it). An ended run
+        takes no new signal (:class:`~agentruns.domain.errors.RunAlreadyEnded`), an unknown run
+        none either (:class:`~agentruns.domain.errors.RunNotFound`); nothing is written then."""
+        limits.run_id(run_id)
+        checked_name = _name(name, "a signal's name")
+        checked = validate_payload({"payload": payload})["payload"]
+        given = str(self._new_id()) if signal_id is None else _name(signal_id, "a signal's id")
+        try:
+            # What the wait will record must fit a recorded step: refused now, not at the wait.
+            step_record(wait_step(checked_name), 1, {"signal_id": given, "payload": checked})
+        except InvalidRequest as error:
+            raise InvalidRequest(
+                f"signal {checked_name!r} cannot be delivered: its payload with its name and id "
+                f"must fit a recorded step of at most {limits.MAX_JSON_BYTES} bytes"
+            ) from error
+        async with self.transaction() as inner:
+            found = await self._stores.runs.lock(inner, run_id)
+            if found is None:
+                raise RunNotFound(f"no run {run_id}")
+            if found.state is AgentRunState.ENDED:
+                before = [
+                    kept
+                    for kept in await self._stores.runs.signals(inner, run_id)
+                    if kept.signal_id == given
+                ]
+                if before:
+                    return Delivered(before[0], created=False)
+                raise RunAlreadyEnded(
+                    f"run {run_id} ended {found.end_reason}: it takes no signal {checked_name!r}"
+                )
+            delivered = await self._stores.runs.deliver_signal(
+                inner, run_id, checked_name, given, checked
+            )
+            if delivered.created:
+                await self._stores.runs.wake(inner, run_id, checked_name)
+            return delivered
+
+    async def signals(self, run_id: UUID) -> list[Signal]:
+        """The signals delivered to the run, in delivery order (RunNotFound if none such)."""
+        limits.run_id(run_id)
+        async with self.transaction() as inner:
+            if await self._stores.runs.get(inner, run_id) is None:
+                raise RunNotFound(f"no run {run_id}")
+            return await self._stores.runs.signals(inner, run_id)
+
+    async def wait_point(
+        self,
+        fence: AgentRunFence,
+        *,
+        name: str | None,
+        occurrence: int,
+        longest: timedelta,
+    ) -> JsonObject | None:
+        """A holder's wait for the signal ``name`` for at most ``longest`` (``None``: a sleep of
+        ``longest``), the ``occurrence``-th of its step in the run, in one transaction under the
+        fence
+        (ADRs/0025). The wait resolves when its signal was delivered (a wait) or its end has
+        passed: its step is recorded with the lease renewed, and the record is returned. Else
+        the run is given back, not due until the wait's end, and ``None`` is returned: the
+        holder stops driving it. A resumed wait keeps the end it had."""
+        _fence(fence)
+        step = SLEEP_STEP if name is None else wait_step(name)
+        async with self.transaction() as inner:
+            found = await self._stores.runs.get(inner, fence.run_id)
+            if found is None:
+                raise RunNotFound(f"no run {fence.run_id}")
+            # Lock order: the kind's domain row, then its run (a park moves the run).
+            handler = self.handler_of(found)
+            await handler.lock_domain_row(inner, found)
+            await self._stores.runs.require_current(inner, fence)
+            run = await self._stores.runs.get(inner, fence.run_id)
+            now = await self._stores.runs.now(inner)
+            assert run is not None
+            result: JsonObject | None = None
+            if name is not None:
+                signal = await self._stores.runs.signal_of(inner, run.id, name, occurrence)
+                if signal is not None:
+                    result = signalled(signal)
+            resumed = same_wait(run, name)
+            until = run.waiting_until if resumed and run.waiting_until else now + longest
+            if result is None and until <= now:
+                result = TIMED_OUT if name is not None else SLEPT
+            if result is None:
+                parked = await self._stores.runs.park(inner, fence, waiting_for=name, until=until)
+                await handler.on_moved(inner, parked)
+                return None
+            record = step_record(step, occurrence, result)
+            await self._stores.events.renew_and_append(inner, fence, RECORDED_STEP, record)
+            if run.waiting_until is not None or run.waiting_for is not None:
+                await self._stores.runs.clear_wait(inner, fence)
+            return record
+
     async def cancel(self, run_id: UUID) -> AgentRun:
         """End a queued or leased run CANCELLED at once; its holder's next renewal fails, and
         the holder is told on commit, so its running step is cancelled (ADRs/0023).
@@ -645,16 +765,23 @@ class AgentRuns:
         :class:`~agentruns.domain.errors.InvalidRequest`."""
         if isinstance(limit, bool) or not isinstance(limit, int) or not 1 <= limit <= MAX_PAGE:
             raise InvalidRequest(f"a page holds 1 to {MAX_PAGE} runs, not {limit!r}")
+        # "waiting" names the queued runs that wait for a signal or sleep (ADRs/0025).
+        waiting = state == WAITING
         query = RunQuery(
             workspace=None if workspace is None else _name(workspace, "workspace"),
             subject=None if subject is None else _name(subject, "subject"),
             kind=None if kind is None else _name(kind, "kind"),
-            state=None if state is None else _parse(AgentRunState, state, "state"),
+            state=AgentRunState.QUEUED
+            if waiting
+            else None
+            if state is None
+            else _parse(AgentRunState, state, "state"),
             reason=None if reason is None else _parse(TerminationReason, reason, "reason"),
             band=None if band is None else Band.parse(band),
             enqueued_after=limits.optional_moment(enqueued_after, "enqueued_after"),
             enqueued_before=limits.optional_moment(enqueued_before, "enqueued_before"),
             before_seq=None if cursor is None else _seq_of(cursor),
+            waiting=waiting,
             # One more than the page, to know whether another page follows.
             limit=limit + 1,
         )

@@ -37,7 +37,7 @@ from agentruns.app.keeper import LeaseKeeper
 from agentruns.app.kinds import RunKind, RunKinds, StepEvent
 from agentruns.app.metrics import Metrics, NoMetrics
 from agentruns.app.ports import Clock, HolderStore, NewFailure, Notifier
-from agentruns.app.recorded import RecordedSteps, StepContext
+from agentruns.app.recorded import RecordedSteps, RunWaiting, StepContext
 from agentruns.app.runs import AgentRuns
 from agentruns.app.settler import GroupSettler
 from agentruns.app.tracing import NoTracing, RunTrace, Tracing
@@ -178,6 +178,9 @@ class Worker:
                 span.end()
             self._metrics.ended(run.kind, TerminationReason.COMPLETED)
             outcome = RunOutcome.COMPLETED
+        except RunWaiting:
+            # Given back to wait or sleep (ADRs/0025): neither a failure nor an end.
+            outcome = RunOutcome.WAITING
         except LeaseLost:
             outcome = await self._lost(run)
         except StoreUnavailable:
@@ -237,7 +240,14 @@ class Worker:
 
             return (await boundary.step(event, label)).data
 
-        await steps.function(run, StepContext(run, replay, record))
+        async def wait(name: str | None, occurrence: int, longest: timedelta) -> JsonObject | None:
+            record = await self._runs.wait_point(
+                run.fence, name=name, occurrence=occurrence, longest=longest
+            )
+            self._metrics.waited(run.kind, came_to(record))
+            return record
+
+        await steps.function(run, StepContext(run, replay, record, wait))
         replay.finish()
 
     def _unreachable(self, run: AgentRun) -> RunOutcome:
@@ -456,6 +466,19 @@ class Worker:
         for future in pending:
             future.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+
+
+def came_to(record: JsonObject | None) -> str:
+    """What a holder's wait came to, from the record it resolved into (None: given back)."""
+    if record is None:
+        return "waiting"
+    result = record.get("result")
+    if isinstance(result, dict):
+        if result.get("timed_out") is True:
+            return "timed_out"
+        if result.get("slept") is True:
+            return "slept"
+    return "signalled"
 
 
 def _claim_failed(error: Exception, *, drain: bool) -> None:

@@ -107,6 +107,7 @@ def next_moment(
     now: datetime,
     holds: Mapping[str, datetime],
     inactive: Set[str] = frozenset(),
+    waits: bool = True,
 ) -> datetime | None:
     """The earliest moment after ``now`` at which a worker or a reaper could act on ``runs`` (the
     unended runs of a store) if only time moved: a subject head falls due (or the budget hold of
@@ -117,10 +118,13 @@ def next_moment(
     only when the head moves, so its own due time is no such moment; its deadline is, since the
     reaper ends a queued run past its deadline wherever it waits. A head of an inactive
     workspace waits for a person, not for time. ``holds`` maps each held workspace to the end
-    of its hold.
+    of its hold. Without ``waits``, a head that waits for a signal (ADRs/0025) waits for the
+    signal, not for its timeout: its due time is no such moment (a sleep's end still is).
     """
     moments: list[datetime] = []
     for head in subject_heads(runs):
+        if not waits and head.waiting_for is not None and head.waiting_until is not None:
+            continue
         if head.workspace not in inactive:
             held_until = holds.get(head.workspace)
             moments.append(head.due_at if held_until is None else max(head.due_at, held_until))

@@ -13,6 +13,7 @@
     │   └── InvalidSchedule          a schedule that cannot tick (cron, timezone, template)
     ├── IllegalTransition            the state table does not allow the move
     ├── RunNotFound                  no run with that id
+    ├── RunAlreadyEnded              a signal to a run that has ended: nothing is kept
     ├── ScheduleNotFound             no schedule by that name
     ├── LeaseLost                    the fence is stale or its lease has expired
     │   ├── StaleEpoch               a newer claim took the run
@@ -22,6 +23,8 @@
     │   ├── StepOutOfOrder           a resumed run asked for its steps in another order
     │   └── InvalidStepResult        a step's result is not JSON or is too large (also
     │                                InvalidRequest): nothing is recorded
+    ├── WaitTimedOut                 a wait's timeout passed before its signal came (not
+    │                                retryable when uncaught: a retry would time out again)
     ├── StepTimedOut                 a step ran past its kind's step timeout and was cancelled
     │                                (also a TimeoutError: retryable, class timeout)
     ├── SandboxError                 sandbox rows, claims and tokens
@@ -101,6 +104,10 @@ class RunNotFound(AgentRunsError, LookupError):
     """No run carries the given id."""
 
 
+class RunAlreadyEnded(AgentRunsError):
+    """A signal was delivered to a run that has ended: nothing was kept (ADRs/0025)."""
+
+
 class ScheduleNotFound(AgentRunsError, LookupError):
     """No schedule carries the given name."""
 
@@ -136,6 +143,16 @@ class StepOutOfOrder(RecordedStepError):
 class InvalidStepResult(RecordedStepError, InvalidRequest):
     """A step's result is not a JSON value, or its record would pass the JSON size limits
     (:mod:`agentruns.domain.limits`): nothing is recorded."""
+
+
+class WaitTimedOut(AgentRunsError, ConfigurationError):
+    """``ctx.wait_for`` saw its timeout pass before its signal came (ADRs/0025). A kind may
+    catch it; uncaught, it ends the run ``not_retryable`` with its failure record: a retry would
+    replay the same recorded timeout. ``name`` is the signal waited for."""
+
+    def __init__(self, name: str, message: str) -> None:
+        super().__init__(message)
+        self.name = name
 
 
 class StepTimedOut(AgentRunsError, TimeoutError):

@@ -5,8 +5,9 @@ written, so a bad value is an :class:`~agentruns.domain.errors.InvalidRequest` o
 (never an outage, never half a write), and a value that is accepted reads back equal:
 
 ==========================  =====================================================================
-names                       workspace, subject, holder, event type, kind, enqueue key: text
-                            of 1 to :data:`MAX_NAME_LENGTH` characters, not only blanks
+names                       workspace, subject, holder, event type, kind, enqueue key, signal
+                            name and signal id: text of 1 to :data:`MAX_NAME_LENGTH`
+                            characters, not only blanks
 text                        every string, names and payload alike: valid Unicode (no lone
                             surrogate, so it encodes as UTF-8) and no NUL character, which
                             PostgreSQL cannot store
@@ -15,12 +16,14 @@ payloads and event data     a JSON object (:mod:`agentruns.domain.payload`): at 
                             :data:`MAX_JSON_DEPTH` deep; integers within 64 bits
                             (:data:`MAX_JSON_INTEGER`); other numbers finite and below
                             :data:`MAX_JSON_FLOAT` in magnitude, where every JSON reader (and
-                            PostgreSQL's jsonb) keeps them exactly
+                            PostgreSQL's jsonb) keeps them exactly; a signal's payload is any
+                            JSON value that fits, with its name and id, a recorded step
 times                       timezone-aware datetimes whose UTC time falls within the years 1 to
                             9999; a run's ``deadline_at`` after its ``due_at``
 durations                   a kind's lease longer than zero and at most :data:`MAX_LEASE`; its
                             deadline longer than zero and at most :data:`MAX_DEADLINE`; a
-                            requeue delay and a backoff cap at most :data:`MAX_DELAY`; a
+                            requeue delay, a backoff cap, a wait's timeout and a durable
+                            sleep at most :data:`MAX_DELAY`; a
                             purge's retention and a kind's key retention at most
                             :data:`MAX_RETENTION`; a schedule's period at most
                             :data:`MAX_PERIOD`

@@ -65,6 +65,10 @@ class AgentRun:
     ``key`` is the enqueue key it was enqueued with (:mod:`agentruns.domain.keys`), fixed at
     enqueue; the runs a claim, renewal or end hands back do not read it (``None`` there on
     PostgreSQL), so it does not take part in equality.
+    ``waiting_for`` and ``waiting_until`` say what a waiting run waits for (a signal's name;
+    ``None`` for a sleep) and until when (ADRs/0025): read by ``get`` and listings, not by the
+    claim, renewal or end, so they do not take part in equality either; meaningful while the
+    run is QUEUED (:func:`agentruns.domain.waits.is_waiting`).
     """
 
     id: UUID
@@ -91,6 +95,8 @@ class AgentRun:
     last_failure: LastFailure | None = None
     claimed_at: datetime | None = None
     key: str | None = field(default=None, compare=False)
+    waiting_for: str | None = field(default=None, compare=False)
+    waiting_until: datetime | None = field(default=None, compare=False)
 
     @property
     def fence(self) -> AgentRunFence:

@@ -53,6 +53,8 @@ class RunOutcome(enum.StrEnum):
     CANCELLED = "cancelled"
     REQUEUED = "requeued"
     LEASE_LOST = "lease_lost"
+    # The run gave its lease back to wait for a signal or to sleep (ADRs/0025): not a failure.
+    WAITING = "waiting"
 
 
 @dataclass(frozen=True, slots=True)

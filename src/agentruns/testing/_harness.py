@@ -111,10 +111,11 @@ class AgentRunsHarness:
                 cursor = page.next_cursor
         return sorted(found, key=lambda run: run.seq, reverse=True)
 
-    async def next_moment(self) -> datetime | None:
+    async def next_moment(self, *, waits: bool = True) -> datetime | None:
         """When production would next act if only time moved: a subject's head falls due, a
         budget hold ends, a lease expires, a queued run's deadline passes
-        (:func:`agentruns.domain.claim_order.next_moment`)."""
+        (:func:`agentruns.domain.claim_order.next_moment`); without ``waits``, a run waiting
+        for a signal is not due at its timeout (a sleep's end still counts)."""
         async with self.stores.scope.transaction() as tx:
             status = await self.family.stats.status(tx)
         holds = {hold.workspace: hold.until for hold in status.holds}
@@ -123,6 +124,7 @@ class AgentRunsHarness:
             now=self.clock.now(),
             holds=holds,
             inactive=frozenset(status.inactive),
+            waits=waits,
         )
 
     async def drain(
@@ -133,10 +135,14 @@ class AgentRunsHarness:
         (:meth:`next_moment`) and go on, until no such moment is left. Runs of an inactive
         workspace are left queued.
 
-        With ``until``, the clock also crosses schedule ticks, and stops at ``until``: ticks,
-        due runs and lease expiries after it wait for the next drain. Without it the clock never
-        moves to a tick (a schedule has no end). The declared schedules are synced on the first
-        drain."""
+        A run waiting for a signal (``ctx.wait_for``) stops the drain there: the clock is not
+        moved to its timeout, so a test signals it (``runs.signal``) and drains again, or moves
+        the clock past the timeout itself. A durable sleep's end is played like any moment.
+
+        With ``until``, the clock also crosses schedule ticks and waits' timeouts, and stops at
+        ``until``: ticks, due runs and lease expiries after it wait for the next drain. Without
+        it the clock never moves to a tick (a schedule has no end). The declared schedules are
+        synced on the first drain."""
         if not self._synced:
             await self.schedules.sync()
             self._synced = True
@@ -162,7 +168,9 @@ class AgentRunsHarness:
     async def _next_moment(
         self, next_tick: datetime | None, until: datetime | None
     ) -> datetime | None:
-        moment = await self.next_moment()
+        # A run waiting for a signal stops a drain (the test signals it and drains again), unless
+        # ``until`` says how far the clock may go: then its timeout is played like any moment.
+        moment = await self.next_moment(waits=until is not None)
         if until is None:
             return moment
         now = self.clock.now()

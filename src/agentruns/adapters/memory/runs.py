@@ -26,7 +26,7 @@ from agentruns.app.ports import (
     TakeBack,
     Transaction,
 )
-from agentruns.domain import run as transitions
+from agentruns.domain import run as transitions, waits
 from agentruns.domain.claim_order import ClaimContext, next_claims
 from agentruns.domain.errors import (
     AgentRunsError,
@@ -35,10 +35,11 @@ from agentruns.domain.errors import (
     RunNotFound,
 )
 from agentruns.domain.failure_records import FailureRecord
-from agentruns.domain.payload import JsonObject
+from agentruns.domain.payload import JsonObject, JsonValue
 from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
+from agentruns.domain.waits import Delivered, Signal
 
 
 class MemoryRunStore(RunStore):
@@ -60,17 +61,23 @@ class MemoryRunStore(RunStore):
         self._failure_ids = itertools.count(1)
         # Each enqueue key (by workspace) and the run it names, as agent_run_key holds them.
         self._keys: MemoryTable[tuple[str, str], UUID] = MemoryTable(database)
+        # Each run's signals in delivery order, as agent_run_signal holds them (ADRs/0025).
+        self._signals: MemoryTable[UUID, tuple[Signal, ...]] = MemoryTable(database)
+        self._signal_seq = itertools.count(1)
 
     async def now(self, tx: Transaction) -> datetime:
         self._database.check(tx)
         return self._clock.now()
 
     def _write(self, tx: Transaction, run: AgentRun) -> AgentRun:
-        """Store ``run``; what a moving statement hands back: the run without its enqueue key,
-        which PostgreSQL's claim, renewal, end and requeue do not read (ADRs/0024), so a kind
-        that reads ``run.key`` sees in the test kit what it sees in production."""
+        """Store ``run``; what a moving statement hands back: the run without its enqueue key
+        and its wait, which PostgreSQL's claim, renewal, end and requeue do not read (ADRs/0024,
+        0025), so a kind that reads ``run.key`` sees in the test kit what it sees in
+        production."""
         self._stored(tx, run)
-        return run if run.key is None else replace(run, key=None)
+        if run.key is None and run.waiting_until is None and run.waiting_for is None:
+            return run
+        return replace(run, key=None, waiting_for=None, waiting_until=None)
 
     def _stored(self, tx: Transaction, run: AgentRun) -> None:
         self.rows.put(tx, run.id, run)
@@ -229,6 +236,66 @@ class MemoryRunStore(RunStore):
             run, fence, now=now, due_at=now + delay, charged=charged, retry_budget=retry_budget
         )
         return self._write(tx, run.apply(change))
+
+    async def park(
+        self, tx: Transaction, fence: AgentRunFence, *, waiting_for: str | None, until: datetime
+    ) -> AgentRun:
+        run = await self.require_current(tx, fence)
+        now = self._clock.now()
+        change = transitions.requeue(
+            run, fence, now=now, due_at=until, charged=False, retry_budget=run.attempt
+        )
+        parked = replace(run.apply(change), waiting_for=waiting_for, waiting_until=until)
+        return self._write(tx, parked)
+
+    async def clear_wait(self, tx: Transaction, fence: AgentRunFence) -> None:
+        run = await self.require_current(tx, fence)
+        self.rows.put(tx, run.id, replace(run, waiting_for=None, waiting_until=None))
+
+    async def wake(self, tx: Transaction, run_id: UUID, name: str) -> bool:
+        self._database.check(tx)
+        run = self.rows.get(run_id)
+        woken = None if run is None else waits.wake(run, name=name, now=self._clock.now())
+        if woken is None:
+            return False
+        self._stored(tx, woken)
+        return True
+
+    async def deliver_signal(
+        self, tx: Transaction, run_id: UUID, name: str, signal_id: str, payload: JsonValue
+    ) -> Delivered:
+        self._database.check(tx)
+        kept = self._signals_of(run_id)
+        for signal in kept:
+            if signal.signal_id == signal_id:
+                return Delivered(signal, created=False)
+        signal = Signal(
+            run_id=run_id,
+            name=name,
+            signal_id=signal_id,
+            payload=payload,
+            delivered_at=self._clock.now(),
+            seq=next(self._signal_seq),
+        )
+        self._signals.put(tx, run_id, (*kept, signal))
+        return Delivered(signal, created=True)
+
+    async def signal_of(
+        self, tx: Transaction, run_id: UUID, name: str, occurrence: int
+    ) -> Signal | None:
+        self._database.check(tx)
+        named = [signal for signal in self._signals_of(run_id) if signal.name == name]
+        return named[occurrence - 1] if 0 < occurrence <= len(named) else None
+
+    async def signals(self, tx: Transaction, run_id: UUID) -> list[Signal]:
+        self._database.check(tx)
+        return list(self._signals_of(run_id))
+
+    def _signals_of(self, run_id: UUID) -> tuple[Signal, ...]:
+        # A purged run's signals go with it, as ON DELETE CASCADE does in PostgreSQL.
+        if self.rows.get(run_id) is None:
+            return ()
+        return self._signals.get(run_id) or ()
 
     async def expired(
         self, tx: Transaction, limit: int, kinds: Sequence[str] | None = None
@@ -445,4 +512,5 @@ def _matches(run: AgentRun, query: RunQuery) -> bool:
         and (query.enqueued_after is None or run.enqueued_at >= query.enqueued_after)
         and (query.enqueued_before is None or run.enqueued_at < query.enqueued_before)
         and (query.before_seq is None or run.seq < query.before_seq)
+        and (not query.waiting or waits.is_waiting(run))
     )

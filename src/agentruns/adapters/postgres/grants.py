@@ -85,6 +85,11 @@ OBJECTS: tuple[Privileges, ...] = (
         "PostgreSQL runs as the table's owner",
     ),
     _table(
+        "agent_run_signal",
+        ("SELECT", "INSERT", "DELETE"),
+        "a signal is delivered once (never rewritten), a purge deletes its runs' signals",
+    ),
+    _table(
         "agent_workspace",
         ("SELECT", "INSERT", "UPDATE"),
         "an enqueue's trigger adds the lane, claims fold it, a workspace is (de)activated",
@@ -130,6 +135,13 @@ OBJECTS: tuple[Privileges, ...] = (
     Privileges(
         "SEQUENCE",
         "agent_run_failure_id_seq",
+        (),
+        (),
+        "an identity column's: PostgreSQL checks no privilege on it",
+    ),
+    Privileges(
+        "SEQUENCE",
+        "agent_run_signal_id_seq",
         (),
         (),
         "an identity column's: PostgreSQL checks no privilege on it",

@@ -41,10 +41,11 @@ from agentruns.domain.errors import (
 )
 from agentruns.domain.failure_records import FailureRecord, LastFailure
 from agentruns.domain.failures import FailureClass
-from agentruns.domain.payload import JsonObject
+from agentruns.domain.payload import JsonObject, JsonValue
 from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
+from agentruns.domain.waits import Delivered, Signal
 
 # Candidates a kinds-restricted claim ranks beyond its limit, so claimers racing for the same
 # first heads (each skips the rows another holds locked) still fill their batch.
@@ -86,6 +87,20 @@ def run_from_row(row: Row) -> AgentRun:
         claimed_at=row.get("claimed_at"),
         # Read by the enqueue, get and list statements only: no statement of the worker loop.
         key=row.get("enqueue_key"),
+        # Read by get and list only (ADRs/0025): no statement of the worker loop names them.
+        waiting_for=row.get("waiting_for"),
+        waiting_until=row.get("waiting_until"),
+    )
+
+
+def signal_from_row(row: Row) -> Signal:
+    return Signal(
+        run_id=row["run_id"],
+        name=row["name"],
+        signal_id=row["signal_id"],
+        payload=row["payload"],
+        delivered_at=row["delivered_at"],
+        seq=row["id"],
     )
 
 
@@ -237,7 +252,7 @@ class PostgresRunStore(RunStore):
         }
         given = {name: value for name, value in filters.items() if value is not None}
         statement = sql.list_runs(
-            given,
+            [*given, *(["waiting"] if query.waiting else [])],
             None if query.state is None else query.state.value,
             None if query.reason is None else query.reason.value,
         )
@@ -367,6 +382,45 @@ class PostgresRunStore(RunStore):
             )
             raise StaleEpoch(f"run {fence.run_id} moved under the fence of epoch {fence.epoch}")
         return run
+
+    async def park(
+        self, tx: Tx, fence: AgentRunFence, *, waiting_for: str | None, until: datetime
+    ) -> AgentRun:
+        run = await self._one(
+            tx, sql.PARK, waiting_for=waiting_for, until=until, **_fence_params(fence)
+        )
+        if run is None:
+            await self.refuse_fenced(tx, fence)
+        return run
+
+    async def clear_wait(self, tx: Tx, fence: AgentRunFence) -> None:
+        rows = await fetch(tx, sql.CLEAR_WAIT, self._params(**_fence_params(fence)))
+        if not rows:
+            await self.refuse_fenced(tx, fence)
+
+    async def wake(self, tx: Tx, run_id: UUID, name: str) -> bool:
+        rows = await fetch(tx, sql.WAKE, self._params(run_id=run_id, name=name))
+        return bool(rows)
+
+    async def deliver_signal(
+        self, tx: Tx, run_id: UUID, name: str, signal_id: str, payload: JsonValue
+    ) -> Delivered:
+        params = self._params(run_id=run_id, name=name, signal_id=signal_id, payload=payload)
+        rows = await fetch(tx, sql.DELIVER_SIGNAL, params)
+        if rows:
+            return Delivered(signal_from_row(rows[0]), created=True)
+        # Delivered before (a concurrent delivery of the id waited for its commit).
+        rows = await fetch(tx, sql.SIGNAL_BY_ID, {"run_id": run_id, "signal_id": signal_id})
+        return Delivered(signal_from_row(rows[0]), created=False)
+
+    async def signal_of(self, tx: Tx, run_id: UUID, name: str, occurrence: int) -> Signal | None:
+        params = {"run_id": run_id, "name": name, "skip": occurrence - 1}
+        rows = await fetch(tx, sql.SIGNAL_OF, params)
+        return signal_from_row(rows[0]) if rows else None
+
+    async def signals(self, tx: Tx, run_id: UUID) -> list[Signal]:
+        rows = await fetch(tx, sql.SIGNALS, {"run_id": run_id})
+        return [signal_from_row(row) for row in rows]
 
     async def expired(
         self, tx: Tx, limit: int, kinds: Sequence[str] | None = None

@@ -133,6 +133,10 @@ agent_run = Table(
     # The enqueue key, written at enqueue only (guard_agent_run_frozen); agent_run_key says which
     # run a key names now (ADRs/0024).
     Column("enqueue_key", Text),
+    # What a waiting run waits for (a signal's name; NULL for a sleep) and until when; set by a
+    # wait's give-back, cleared by the signal's wake-up or the wait's resolution (ADRs/0025).
+    Column("waiting_for", Text),
+    Column("waiting_until", TZ),
     CheckConstraint("state IN ('queued', 'leased', 'ended')", name="ck_agent_run_state"),
     CheckConstraint("band BETWEEN 0 AND 2", name="ck_agent_run_band"),
     CheckConstraint("epoch >= 0 AND attempt >= 0", name="ck_agent_run_counts"),
@@ -155,6 +159,22 @@ agent_run_key = Table(
     Column("key", Text, nullable=False),
     Column("run_id", UUID(as_uuid=True), nullable=False),
     PrimaryKeyConstraint("workspace", "key"),
+)
+
+
+# The signals delivered to runs (ADRs/0025), once per (run, signal id); the k-th wait for a name
+# takes the k-th signal of that name (by id). No foreign key to agent_run (its triggers would run
+# on the worker loop's updates of agent_run): a purge deletes the signals of the runs it deletes.
+agent_run_signal = Table(
+    "agent_run_signal",
+    metadata,
+    Column("id", BigInteger, Identity(always=True), primary_key=True),
+    Column("run_id", UUID(as_uuid=True), nullable=False),
+    Column("name", Text, nullable=False),
+    Column("signal_id", Text, nullable=False),
+    Column("payload", JSONB, nullable=False),
+    Column("delivered_at", TZ, nullable=False),
+    UniqueConstraint("run_id", "signal_id", name="uq_agent_run_signal_id"),
 )
 
 

@@ -112,7 +112,8 @@ RETURNING {RUN_COLUMNS}, enqueue_key
 """)
 
 GET_RUN = statement(
-    f"SELECT {RUN_COLUMNS}, enqueue_key, {NOW} AS now FROM agent_run WHERE id = :run_id"
+    f"SELECT {RUN_COLUMNS}, enqueue_key, waiting_for, waiting_until, {NOW} AS now "
+    "FROM agent_run WHERE id = :run_id"
 )
 
 LOCK_RUN = statement(f"SELECT {RUN_COLUMNS} FROM agent_run WHERE id = :run_id FOR UPDATE")
@@ -173,6 +174,67 @@ requeued AS (
     RETURNING {RUN_COLUMNS}
 )
 SELECT * FROM requeued
+""")
+
+# A wait or a sleep (ADRs/0025): the lease given back under the fence, no attempt spent, the run
+# due at the wait's end and still its subject's head (the requeue's write, and what it waits for).
+PARK = statement(f"""
+WITH clock AS (SELECT {NOW} AS now),
+parked AS (
+    UPDATE agent_run SET state = 'queued',
+                         due_at = GREATEST(CAST(:until AS timestamptz), clock.now),
+                         leased_until = NULL, holder = NULL,
+                         waiting_for = CAST(:waiting_for AS text),
+                         waiting_until = CAST(:until AS timestamptz)
+    FROM clock WHERE {_FENCE}
+    RETURNING {RUN_COLUMNS}
+)
+SELECT * FROM parked
+""")
+
+CLEAR_WAIT = statement(f"""
+WITH clock AS (SELECT {NOW} AS now)
+UPDATE agent_run SET waiting_for = NULL, waiting_until = NULL
+FROM clock WHERE {_FENCE}
+RETURNING id
+""")
+
+# A signal wakes the run that waits for it: due now, waiting no more (guard_agent_run allows this
+# queued -> queued write), and the claimers told, as an enqueue tells them.
+WAKE = statement(f"""
+WITH clock AS (SELECT {NOW} AS now),
+woken AS (
+    UPDATE agent_run SET due_at = LEAST(due_at, clock.now), waiting_for = NULL,
+                         waiting_until = NULL
+    FROM clock
+    WHERE id = :run_id AND state = 'queued' AND waiting_until IS NOT NULL
+      AND waiting_for = :name
+    RETURNING workspace
+)
+SELECT CAST(pg_notify('agent_run', woken.workspace) AS text) AS told FROM woken
+""")
+
+_SIGNAL_COLUMNS = "id, run_id, name, signal_id, payload, delivered_at"
+
+# Once per (run, signal id): a second delivery inserts nothing (and reads the first: SIGNAL_BY_ID).
+DELIVER_SIGNAL = statement(f"""
+INSERT INTO agent_run_signal (run_id, name, signal_id, payload, delivered_at)
+VALUES (:run_id, :name, :signal_id, :payload, {NOW})
+ON CONFLICT (run_id, signal_id) DO NOTHING
+RETURNING {_SIGNAL_COLUMNS}
+""")
+
+SIGNAL_BY_ID = statement(f"""
+SELECT {_SIGNAL_COLUMNS} FROM agent_run_signal WHERE run_id = :run_id AND signal_id = :signal_id
+""")
+
+SIGNAL_OF = statement(f"""
+SELECT {_SIGNAL_COLUMNS} FROM agent_run_signal WHERE run_id = :run_id AND name = :name
+ORDER BY id OFFSET :skip LIMIT 1
+""")
+
+SIGNALS = statement(f"""
+SELECT {_SIGNAL_COLUMNS} FROM agent_run_signal WHERE run_id = :run_id ORDER BY id
 """)
 
 # Replicas share the reaping: a run another replica is taking back (its row locked) is skipped.
@@ -319,7 +381,8 @@ LIST_FAILURES = statement(f"""
 SELECT {_FAILURE_COLUMNS} FROM agent_run_failure WHERE run_id = :run_id ORDER BY id
 """)
 
-# A purged run's key goes with it, unless the key names a later run already (ADRs/0024).
+# A purged run's key goes with it, unless the key names a later run already (ADRs/0024), and
+# its signals go with it (ADRs/0025).
 PURGE = statement("""
 WITH doomed AS (
     SELECT id FROM agent_run
@@ -335,6 +398,9 @@ keys AS (
     DELETE FROM agent_run_key k USING gone
     WHERE gone.enqueue_key IS NOT NULL AND k.workspace = gone.workspace
       AND k.key = gone.enqueue_key AND k.run_id = gone.id
+),
+signals AS (
+    DELETE FROM agent_run_signal s USING gone WHERE s.run_id = gone.id
 )
 SELECT id FROM gone
 """)
@@ -354,6 +420,7 @@ _LIST_FILTERS = {
     "enqueued_after": "enqueued_at >= :enqueued_after",
     "enqueued_before": "enqueued_at < :enqueued_before",
     "before_seq": "seq < :before_seq",
+    "waiting": "waiting_until IS NOT NULL",
 }
 LIST_STATES = ("queued", "leased", "ended")
 # The one end reason most runs end with; the others are few, and an index of their own finds
@@ -384,10 +451,12 @@ def _list_runs(filters: frozenset[str], state: str | None, success: bool | None)
     else:
         states = list(LIST_STATES) if state is None else [state]
     branches = [
-        f"SELECT {RUN_COLUMNS}, enqueue_key FROM agent_run WHERE "
+        f"SELECT {RUN_COLUMNS}, enqueue_key, waiting_for, waiting_until FROM agent_run WHERE "
         + " AND ".join([f"state = '{name}'", *where])
         for name in states
-    ] or [f"SELECT {RUN_COLUMNS}, enqueue_key FROM agent_run WHERE false"]
+    ] or [
+        f"SELECT {RUN_COLUMNS}, enqueue_key, waiting_for, waiting_until FROM agent_run WHERE false"
+    ]
     if len(branches) == 1:
         return statement(f"{branches[0]}\nORDER BY seq DESC LIMIT :limit")
     # Each branch takes its own first page from its index, so the merge sorts three pages at

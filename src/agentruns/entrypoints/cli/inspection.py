@@ -20,6 +20,7 @@ from agentruns.domain.errors import RunNotFound, UnknownKind
 from agentruns.domain.holders import HolderView
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
+from agentruns.domain.waits import Delivered
 from agentruns.entrypoints import container as composition
 from agentruns.entrypoints.cli import holders, render
 from agentruns.entrypoints.cli.root import DatabaseName, DataDir, KindRefs, app, out, runs_app
@@ -275,7 +276,11 @@ async def _show(runs: AgentRuns, wanted: UUID | str, as_json: bool) -> Renderabl
 @runs_app.command("list")
 def runs_list(
     state: Annotated[
-        str | None, typer.Option(help="queued, leased or ended.", show_default="any")
+        str | None,
+        typer.Option(
+            help="queued, leased or ended; waiting: queued runs that wait for a signal or sleep.",
+            show_default="any",
+        ),
     ] = None,
     reason: Annotated[
         str | None,
@@ -370,6 +375,65 @@ async def _cancel(runs: AgentRuns, wanted: UUID | str) -> AgentRun:
             "--kinds module:object so its row moves too"
         ) from None
     return await runs.cancel(run_id)
+
+
+@runs_app.command("signal")
+def runs_signal(
+    run_id: str,
+    name: str,
+    payload: Annotated[
+        str | None, typer.Option(help="The signal's payload, as JSON.", show_default="null")
+    ] = None,
+    signal_id: Annotated[
+        str | None,
+        typer.Option(
+            "--signal-id",
+            help="Deliver at most once under this id: a repeat writes nothing.",
+            show_default="a new id",
+        ),
+    ] = None,
+    data_dir: DataDir = None,
+    database_name: DatabaseName = None,
+) -> None:
+    """Deliver the signal NAME to a run: a run waiting for it is due now; one that will wait
+    for it later gets it then. Refused for an ended run."""
+
+    def body() -> None:
+        config = settings()
+        wanted = _run_id(run_id)
+        value: object = None
+        if payload is not None:
+            try:
+                value = json.loads(payload)
+            except ValueError as error:
+                raise CliError(f"--payload is not JSON: {error}") from None
+        with database(config, data_dir, database_name) as url:
+            built = postgres_container(config, url)
+            done = _using(
+                built, lambda built: _signal(built.runs(), wanted, name, value, signal_id)
+            )
+        signal = done.signal
+        if done.created:
+            out.print(
+                f"signal {signal.name!r} delivered to run {signal.run_id} "
+                f"(signal id {signal.signal_id})",
+                markup=False,
+            )
+        else:
+            out.print(
+                f"signal id {signal.signal_id} was delivered to run {signal.run_id} already, "
+                "nothing new was written",
+                markup=False,
+            )
+
+    guarded(body)
+
+
+async def _signal(
+    runs: AgentRuns, wanted: UUID | str, name: str, value: object, signal_id: str | None
+) -> Delivered:
+    run_id = await _resolve(runs, wanted)
+    return await runs.signal(run_id, name, value, signal_id=signal_id)
 
 
 @runs_app.command("retry")

@@ -17,6 +17,7 @@ from agentruns.domain.failure_records import FailureRecord
 from agentruns.domain.redaction import redact_json
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
+from agentruns.domain.waits import is_waiting
 
 
 def _row(table: Table, *cells: str | Text) -> None:
@@ -167,6 +168,7 @@ def run(shown: AgentRun, events: list[RunEvent], failures: list[FailureRecord]) 
         ("ended at", shown.ended_at.isoformat() if shown.ended_at else "-"),
         ("continues", str(shown.continues or "-")),
         ("enqueue key", shown.key or "-"),
+        ("waiting", _waiting(shown)),
         ("last failure", _last_failure(shown)),
         ("payload", json.dumps(redact_json(shown.payload))),
     ):
@@ -291,6 +293,9 @@ def run_summary(shown: AgentRun) -> dict[str, object]:
         "ended_at": _time(shown.ended_at),
         "continues": None if shown.continues is None else str(shown.continues),
         "key": shown.key,
+        "waiting": None
+        if not is_waiting(shown)
+        else {"for": shown.waiting_for, "until": _time(shown.waiting_until)},
         "last_failure": None
         if failure is None
         else {
@@ -312,6 +317,8 @@ def run_list(runs: list[AgentRun]) -> RenderableType:
     listed.add_column("last failure")
     for shown in runs:
         state = str(shown.state) if shown.end_reason is None else f"ended: {shown.end_reason}"
+        if is_waiting(shown):
+            state = "asleep" if shown.waiting_for is None else f"waiting: {shown.waiting_for}"
         _row(
             listed,
             str(shown.id),
@@ -334,3 +341,13 @@ def _short_failure(shown: AgentRun) -> str:
         return "-"
     name = failure.error_type.rsplit(".", 1)[-1]
     return f"{name}: {failure.message}" if failure.message else name
+
+
+def _waiting(shown: AgentRun) -> str:
+    """What a waiting run waits for and until when (ADRs/0025): a signal, or a sleep."""
+    if not is_waiting(shown) or shown.waiting_until is None:
+        return "-"
+    until = shown.waiting_until.isoformat()
+    if shown.waiting_for is None:
+        return f"asleep until {until}"
+    return f"for signal {shown.waiting_for!r} until {until}"

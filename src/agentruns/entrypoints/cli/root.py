@@ -71,7 +71,7 @@ app = typer.Typer(
     pretty_exceptions_enable=False,
 )
 db_app = typer.Typer(help="The database: its schema and the embedded server.", no_args_is_help=True)
-runs_app = typer.Typer(help="Runs: list, show, cancel, retry.", no_args_is_help=True)
+runs_app = typer.Typer(help="Runs: list, show, cancel, signal, retry.", no_args_is_help=True)
 app.add_typer(db_app, name="db")
 app.add_typer(runs_app, name="runs")
 
