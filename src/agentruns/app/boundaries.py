@@ -8,7 +8,7 @@ retryable timeout: the bound is this process's own (monotonic) time, as the shut
 While a step's work runs, the boundaries say so (:attr:`StepBoundaries.working`: when it began)
 for the worker's lease keeper (:mod:`agentruns.app.keeper`, ADRs/0023), which renews the lease
 of a step that runs long and stops one whose run was lost or cancelled: it cancels the run's
-task inside the work, and :meth:`StepBoundaries.steps` turns that cancellation into
+task inside the work, and :meth:`StepBoundaries.failed` turns that cancellation into
 :class:`~agentruns.LeaseLost` (taking back only the cancels the keeper made, so a shutdown's
 cancel still goes up as a cancel). A step that swallowed the cancel and returned writes nothing.
 """
@@ -24,7 +24,7 @@ from agentruns.app.kinds import RunKind, StepEvent
 from agentruns.app.metrics import Metrics
 from agentruns.app.runs import AgentRuns
 from agentruns.app.settler import GroupSettler
-from agentruns.app.tracing import RunTrace
+from agentruns.app.tracing import RunTrace, Span
 from agentruns.domain.errors import LeaseLost, StepTimedOut, StoreUnavailable
 from agentruns.domain.failure_records import describe_failure
 from agentruns.domain.run import AgentRun
@@ -119,6 +119,55 @@ class StepBoundaries:
             "and was cancelled"
         ) from cause
 
+    # The parts of a step boundary, in order; :meth:`steps` and the worker's loop of a plain kind
+    # (which runs the same parts inline, in the run's own coroutine: one coroutine fewer per run
+    # on the worker's hot path) both call them, so each rule has one home.
+
+    def begin(self) -> Span:
+        """A step starts: its span, and the keeper told its work runs; the loss instead, if the
+        run was lost between two steps (this step does not start)."""
+        span = self._trace.step(self._index)
+        if self.lost is not None:
+            span.drop()
+            raise self.lost
+        self.working = time.perf_counter()
+        return span
+
+    def failed(self, span: Span, error: BaseException) -> BaseException:
+        """The step's work raised ``error`` (not StopAsyncIteration): what to raise instead. The
+        keeper's cancel becomes the loss (a shutdown's cancel goes up as it is); the run's
+        failures end the span marked with it."""
+        self.working = None
+        if isinstance(error, (LeaseLost, StoreUnavailable)):
+            span.end()
+            return error
+        if isinstance(error, asyncio.CancelledError):
+            span.end()
+            lost = self._stopped()
+            return error if lost is None else lost
+        span.end(
+            describe_failure(error, self._kind.classify(error).failure_class, self.run.payload)
+        )
+        return error
+
+    def worked(self, span: Span) -> float:
+        """The step's work returned: when it began; the loss instead, if the step swallowed the
+        keeper's cancel (then nothing is written)."""
+        began = self.working
+        assert began is not None
+        self.working = None
+        if self.lost is not None:
+            span.end()
+            self._stopped()
+            raise self.lost
+        return began
+
+    def written(self, began: float) -> None:
+        """The step's event was written with the renewal."""
+        self._metrics.renewed(self.run.kind)
+        self._metrics.stepped(self.run.kind, time.perf_counter() - began)
+        self._index += 1
+
     async def step(
         self, work: Callable[[], Awaitable[StepEvent]], label: str | None = None
     ) -> StepEvent:
@@ -137,17 +186,9 @@ class StepBoundaries:
     ) -> StepEvent | None:
         """Steps while ``work`` gives events (a generator's ``__anext__``): each bounded by the
         kind's step timeout, timed, spanned and written; None once the work raises
-        StopAsyncIteration (the steps were done). With ``once``, one step, and its event.
-
-        One coroutine for all of a generator's steps, with no closure per step: the loop of a
-        plain kind is the worker's hot path (issue 23's regression guard)."""
+        StopAsyncIteration (the steps were done). With ``once``, one step, and its event."""
         while True:
-            span = self._trace.step(self._index)
-            began = time.perf_counter()
-            if self.lost is not None:  # told between two steps: this one does not start
-                span.drop()
-                raise self.lost
-            self.working = began
+            span = self.begin()
             try:
                 if self._timeout is None:
                     event = await work()
@@ -157,40 +198,19 @@ class StepBoundaries:
                 self.working = None
                 span.drop()  # no step: the steps were done
                 return None
-            except (LeaseLost, StoreUnavailable):
-                self.working = None
-                span.end()
-                raise
-            except asyncio.CancelledError:
-                self.working = None
-                span.end()
-                lost = self._stopped()
-                if lost is None:
+            except BaseException as error:
+                replaced = self.failed(span, error)
+                if replaced is error:
                     raise
-                raise lost from None
-            except Exception as error:
-                self.working = None
-                span.end(
-                    describe_failure(
-                        error, self._kind.classify(error).failure_class, self.run.payload
-                    )
-                )
-                raise
-            self.working = None
-            if self.lost is not None:  # the step swallowed the keeper's cancel: nothing written
-                span.end()
-                self._stopped()
-                raise self.lost
+                raise replaced from None
+            began = self.worked(span)
             try:
-                fence = self.run.fence
                 if self._settler is not None:
-                    await self._settler.step_boundary(fence, event.type, event.data)
+                    await self._settler.step_boundary(self.run.fence, event.type, event.data)
                 else:
-                    await self._runs.step_boundary(fence, event.type, event.data)
+                    await self._runs.step_boundary(self.run.fence, event.type, event.data)
             finally:
                 span.end()
-            self._metrics.renewed(self.run.kind)
-            self._metrics.stepped(self.run.kind, time.perf_counter() - began)
-            self._index += 1
+            self.written(began)
             if once:
                 return event

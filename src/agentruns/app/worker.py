@@ -215,7 +215,37 @@ class Worker:
             if isinstance(kind.steps, RecordedSteps):
                 await self._recorded(run, kind.steps, boundary)
                 return
-            await boundary.steps(kind.steps(run).__anext__)
+            # A generator's steps, each through the boundaries' parts, inline in this coroutine
+            # (the worker's hot path: no coroutine of its own per run, ADRs/0023).
+            steps = kind.steps(run)
+            bounded = kind.policy.step_timeout is not None
+            fence = run.fence
+            while True:
+                if bounded:  # the step timeout's bound needs the boundaries' own loop
+                    if await boundary.steps(steps.__anext__, once=True) is None:
+                        return
+                    continue
+                span = boundary.begin()
+                try:
+                    event = await anext(steps)
+                except StopAsyncIteration:
+                    boundary.working = None
+                    span.drop()  # no step: the steps were done
+                    return
+                except BaseException as error:
+                    replaced = boundary.failed(span, error)
+                    if replaced is error:
+                        raise
+                    raise replaced from None
+                began = boundary.worked(span)
+                try:
+                    if settler is not None:
+                        await settler.step_boundary(fence, event.type, event.data)
+                    else:
+                        await self._runs.step_boundary(fence, event.type, event.data)
+                finally:
+                    span.end()
+                boundary.written(began)
         finally:
             keeper.forget(boundary)
 
