@@ -10,7 +10,7 @@ from agentruns.domain import limits
 from agentruns.domain.backoff import Backoff
 from agentruns.domain.errors import InvalidPayload, InvalidRequest
 from agentruns.domain.kinds import RunKindPolicy
-from agentruns.domain.payload import validate_payload
+from agentruns.domain.payload import sealed_payload, validate_payload
 
 
 @pytest.mark.parametrize(
@@ -113,3 +113,15 @@ def test_an_error_never_carries_a_whole_huge_input() -> None:
     with pytest.raises(InvalidRequest) as refused:
         limits.name(["x" * 1_000_000], "subject")
     assert len(str(refused.value)) < 200
+
+
+def test_a_sealed_record_is_checked_once_and_a_callers_payload_every_time() -> None:
+    """A recorded step's record is written before any caller holds it, so its write's check is
+    free; a payload a caller holds is checked (copied) each time, changed or not."""
+    sealed = sealed_payload({"name": "plan", "occurrence": 1, "result": [1, 2]})
+    assert validate_payload(sealed) is sealed
+    plain = validate_payload({"a": 1})
+    assert validate_payload(plain) is not plain
+    plain["a"] = float("nan")
+    with pytest.raises(InvalidPayload):
+        validate_payload(plain)

@@ -169,7 +169,8 @@ class RecordedSteps:
 
         async def boundary(label: str, work: Callable[[], Awaitable[JsonObject]]) -> JsonObject:
             record = await work()
-            events.append(StepEvent(RECORDED_STEP, record))
+            # The host gets the events to write itself: a plain copy, checked again when written.
+            events.append(StepEvent(RECORDED_STEP, dict(record)))
             return record
 
         await self.function(run, StepContext(run, Replay(), boundary))

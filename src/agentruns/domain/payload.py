@@ -85,9 +85,26 @@ class _Walk:
         raise InvalidPayload(f"payload holds a {type(value).__name__} at {path}, not a JSON value")
 
 
+class _Sealed(dict[str, JsonValue]):
+    """A checked JSON object that no caller's code holds: checked again, it is returned as it is.
+    Only :func:`sealed_payload` makes one."""
+
+    __slots__ = ()
+
+
+def sealed_payload(value: object) -> JsonObject:
+    """As :func:`validate_payload`, for a value that is written before any caller's code gets
+    hold of it (a recorded step's record, checked when the step returns and written at its
+    boundary): the write's own check of it is then free. Never for a value handed to a caller,
+    who could change it after the check."""
+    return _Sealed(validate_payload(value))
+
+
 def validate_payload(value: object) -> JsonObject:
     """A checked copy of ``value`` if it is a JSON object within the limits;
     :class:`InvalidPayload` if not."""
+    if type(value) is _Sealed:
+        return value
     if not isinstance(value, Mapping):
         raise InvalidPayload(f"payload must be a JSON object, not {type(value).__name__}")
     checked = _Walk().check(value, "$", 0)

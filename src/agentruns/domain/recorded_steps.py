@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from agentruns.domain import limits
 from agentruns.domain.errors import InvalidRequest, InvalidStepResult, StepOutOfOrder
-from agentruns.domain.payload import JsonObject, JsonValue, validate_payload
+from agentruns.domain.payload import JsonObject, JsonValue, sealed_payload
 
 # The event type of a recorded step; a recorded kind's history is its events of this type.
 RECORDED_STEP = "step.recorded"
@@ -42,7 +42,8 @@ def step_record(name: str, occurrence: int, result: object) -> JsonObject:
     """The event data recording ``result`` for the step: a checked copy, or
     :class:`InvalidStepResult` (not JSON, or the record would pass the payload limits)."""
     try:
-        return validate_payload({"name": name, "occurrence": occurrence, "result": result})
+        # Sealed: the record goes straight to its boundary's write, whose check is then free.
+        return sealed_payload({"name": name, "occurrence": occurrence, "result": result})
     except InvalidRequest as error:
         label = RecordedStep(name, occurrence, None).label
         detail = str(error).replace("payload", "the record").replace("$.result", "the result")
