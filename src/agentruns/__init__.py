@@ -35,6 +35,7 @@ _HOMES: dict[str, str] = {
     "RunKind": "agentruns.app.kinds",
     "RunKinds": "agentruns.app.kinds",
     "StepEvent": "agentruns.app.kinds",
+    "RunResult": "agentruns.app.kinds",
     "Steps": "agentruns.app.kinds",
     "RecordedSteps": "agentruns.app.recorded",
     "StepContext": "agentruns.app.recorded",
@@ -168,6 +169,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
         NoDomainRow as NoDomainRow,
         RunKind as RunKind,
         RunKinds as RunKinds,
+        RunResult as RunResult,
         StepEvent as StepEvent,
         Steps as Steps,
     )

@@ -20,7 +20,7 @@ import time
 from collections.abc import Awaitable, Callable
 
 from agentruns.app.keeper import Beat
-from agentruns.app.kinds import RunKind, StepEvent
+from agentruns.app.kinds import RunKind, RunResult, StepEvent
 from agentruns.app.metrics import Metrics
 from agentruns.app.runs import AgentRuns
 from agentruns.app.settler import GroupSettler
@@ -186,7 +186,8 @@ class StepBoundaries:
     ) -> StepEvent | None:
         """Steps while ``work`` gives events (a generator's ``__anext__``): each bounded by the
         kind's step timeout, timed, spanned and written; None once the work raises
-        StopAsyncIteration (the steps were done). With ``once``, one step, and its event."""
+        StopAsyncIteration (the steps were done), and a :class:`RunResult` given, unwritten,
+        as it is (the steps' end too). With ``once``, one step, and its event."""
         while True:
             span = self.begin()
             try:
@@ -203,6 +204,10 @@ class StepBoundaries:
                 if replaced is error:
                     raise
                 raise replaced from None
+            if type(event) is RunResult:  # the run's result: not a step, the steps' end
+                self.working = None
+                span.drop()
+                return event
             began = self.worked(span)
             try:
                 if self._settler is not None:

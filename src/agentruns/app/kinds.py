@@ -4,7 +4,8 @@ A kind is its :class:`~agentruns.domain.kinds.RunKindPolicy` (lease, retry budge
 deadline), an :class:`AgentRunHandler` that keeps the kind's own domain row agreeing with its run,
 its steps, and optionally its own failure classifier (asked before the default rules). Steps are
 an async generator over the run: each yielded :class:`StepEvent` is a step boundary, where the
-worker renews the lease and only then persists the event. Or they are
+worker renews the lease and only then persists the event, and a yielded :class:`RunResult` ends
+the run with its result. Or they are
 :class:`~agentruns.app.recorded.RecordedSteps`, plain async code whose steps' results are
 recorded and replayed when the run is claimed again (ADRs/0022).
 """
@@ -24,7 +25,7 @@ from agentruns.domain.failures import (
     classify_failure,
 )
 from agentruns.domain.kinds import RunKindPolicy
-from agentruns.domain.payload import JsonObject
+from agentruns.domain.payload import JsonObject, JsonValue
 from agentruns.domain.run import AgentRun, RunChange
 from agentruns.domain.schedule import Schedule, Schedules
 
@@ -35,6 +36,25 @@ class StepEvent:
 
     type: str
     data: JsonObject = field(default_factory=dict)
+
+
+# The type of the one thing a generator yields that is not a step (RunResult).
+RESULT = "run.result"
+
+
+@dataclass(frozen=True, slots=True, init=False)
+class RunResult(StepEvent):
+    """A generator's last yield: the run's result (ADRs/0026), not a step. The worker stops
+    the steps there (the generator is closed: its ``finally`` runs, no later step is taken) and
+    ends the run ``completed`` with ``result``, any JSON value, in the end's fenced write.
+    Nothing is appended to the run's events."""
+
+    result: JsonValue = None
+
+    def __init__(self, result: JsonValue) -> None:
+        object.__setattr__(self, "type", RESULT)
+        object.__setattr__(self, "data", {})
+        object.__setattr__(self, "result", result)
 
 
 Steps = Callable[[AgentRun], AsyncIterator[StepEvent]]

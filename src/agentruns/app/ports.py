@@ -174,10 +174,12 @@ class RenewWrite:
 
 @dataclass(frozen=True, slots=True)
 class EndWrite:
-    """One holder's end of a group: end the run under ``fence`` with ``reason``."""
+    """One holder's end of a group: end the run under ``fence`` with ``reason``, and with its
+    ``result`` (a checked JSON value; ``None``: none) in the same write (ADRs/0026)."""
 
     fence: AgentRunFence
     reason: TerminationReason
+    result: JsonValue = None
 
 
 class RunStore(Protocol):
@@ -250,11 +252,17 @@ class RunStore(Protocol):
         ...
 
     async def end(
-        self, tx: Transaction, run_id: UUID, reason: TerminationReason, fence: AgentRunFence | None
+        self,
+        tx: Transaction,
+        run_id: UUID,
+        reason: TerminationReason,
+        fence: AgentRunFence | None,
+        result: JsonValue = None,
     ) -> AgentRun:
-        """End the run. With a fence, only its current holder may; without one (a cancel), a
-        QUEUED or LEASED run ends at once, and a LEASED run's holder is told on commit
-        (:meth:`Notifier.on_cancel`). An ENDED run raises IllegalTransition."""
+        """End the run. With a fence, only its current holder may, and its ``result`` (a checked
+        JSON value, ``None``: none) is written with the end; without one (a cancel), a
+        QUEUED or LEASED run ends at once with no result, and a LEASED run's holder is told on
+        commit (:meth:`Notifier.on_cancel`). An ENDED run raises IllegalTransition."""
         ...
 
     async def end_many(

@@ -18,10 +18,10 @@ from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import timedelta
 from typing import ParamSpec, TypeVar, cast
 
-from agentruns.app.kinds import StepEvent
+from agentruns.app.kinds import RunResult, StepEvent
 from agentruns.domain import limits
 from agentruns.domain.errors import InvalidRequest, StepOutOfOrder, WaitTimedOut
-from agentruns.domain.payload import JsonObject
+from agentruns.domain.payload import JsonObject, JsonValue
 from agentruns.domain.recorded_steps import RECORDED_STEP, RecordedStep, Replay, step_record
 from agentruns.domain.run import AgentRun
 from agentruns.domain.waits import SLEEP_STEP, wait_step
@@ -147,13 +147,14 @@ class StepContext:
         return cast(JsonObject, record["result"])
 
 
-RecordedFunction = Callable[[AgentRun, StepContext], Awaitable[None]]
+RecordedFunction = Callable[[AgentRun, StepContext], Awaitable[JsonValue]]
 
 
 class RecordedSteps:
     """A kind's steps as plain async code with recorded steps: ``RunKind(policy,
     RecordedSteps(review))`` where ``async def review(run, ctx) -> None``. Returning completes
-    the run; an exception is classified as a generator's would be.
+    the run, with what it returns (any JSON value; ``None``: none) as the run's result
+    (ADRs/0026); an exception is classified as a generator's would be.
 
     Called as a plain generator of step events (a host running the steps itself, with no lease
     and no store), every step runs, nothing is replayed, and the ``step.recorded`` events come
@@ -173,6 +174,8 @@ class RecordedSteps:
             events.append(StepEvent(RECORDED_STEP, dict(record)))
             return record
 
-        await self.function(run, StepContext(run, Replay(), boundary))
+        result = await self.function(run, StepContext(run, Replay(), boundary))
         for event in events:
             yield event
+        if result is not None:
+            yield RunResult(result)

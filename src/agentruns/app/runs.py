@@ -45,7 +45,7 @@ from agentruns.domain.errors import (
     UnknownKind,
 )
 from agentruns.domain.failure_records import FailureRecord
-from agentruns.domain.payload import JsonObject, validate_payload
+from agentruns.domain.payload import JsonObject, validate_payload, validate_result
 from agentruns.domain.recorded_steps import RECORDED_STEP, step_record
 from agentruns.domain.run import AgentRun, AgentRunFence, continue_after, retry_after_end
 from agentruns.domain.states import AgentRunState
@@ -408,7 +408,14 @@ class AgentRuns:
             try:
                 _fence(write.fence)
                 if isinstance(write, EndWrite):
-                    ends.append((index, EndWrite(write.fence, _reason(write.reason))))
+                    ends.append(
+                        (
+                            index,
+                            EndWrite(
+                                write.fence, _reason(write.reason), validate_result(write.result)
+                            ),
+                        )
+                    )
                     continue
                 if isinstance(write, RenewWrite):
                     renewals.append((index, write.fence))
@@ -453,23 +460,27 @@ class AgentRuns:
         *,
         tx: Transaction | None = None,
         failure: NewFailure | None = None,
+        result: object = None,
     ) -> AgentRun:
         """The holder settles its run with ``reason``; with ``failure``, the failed attempt is
-        recorded on the run in the same transaction (and not at all if the fence fails)."""
+        recorded on the run in the same transaction (and not at all if the fence fails); with
+        ``result`` (any JSON value within the payload limits), the run ends with it, in the
+        same fenced write (ADRs/0026): a refused fence writes neither."""
         _fence(fence)
         reason = _reason(reason)
+        checked = validate_result(result)
         async with self.transaction(tx) as inner:
             if not self._kinds.any_domain_rows:
                 # No kind has a domain row to lock first: settle without reading the run. A run
                 # of a kind this process does not know raises UnknownKind, as the read would
                 # have, and its transaction rolls back.
                 await self._record(inner, fence, failure)
-                run = await self._stores.runs.end(inner, fence.run_id, reason, fence)
+                run = await self._stores.runs.end(inner, fence.run_id, reason, fence, checked)
                 self._kinds.get(run.kind)
                 return run
             kind = await self._lock_domain_row(inner, fence.run_id)
             await self._record(inner, fence, failure)
-            run = await self._stores.runs.end(inner, fence.run_id, reason, fence)
+            run = await self._stores.runs.end(inner, fence.run_id, reason, fence, checked)
             await kind.handler.on_moved(inner, run)
             return run
 

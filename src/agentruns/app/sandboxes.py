@@ -255,14 +255,17 @@ class AgentSandboxes:
         epoch: int,
         reason: TerminationReason,
         runs: AgentRuns,
+        *,
+        result: object = None,
     ) -> AgentRun:
-        """Settle a run this sandbox holds, fenced by its epoch (refused as :meth:`renew` is)."""
+        """Settle a run this sandbox holds, fenced by its epoch (refused as :meth:`renew` is),
+        with its ``result`` if it gives one (ADRs/0026)."""
         sandbox: AgentSandbox | None = None
         try:
             async with self._scope.transaction() as tx:
                 sandbox = await self.hold(tx, token)
                 fence = await _own_fence(tx, sandbox, run_id, epoch, runs)
-                return await runs.end(fence, reason, tx=tx)
+                return await runs.end(fence, reason, tx=tx, result=result)
         except LeaseLost as lost:
             if sandbox is None:
                 raise

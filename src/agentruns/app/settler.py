@@ -31,7 +31,7 @@ from weakref import WeakKeyDictionary
 from agentruns.app.ports import EndWrite, RenewWrite, RunEvent, StepWrite
 from agentruns.app.runs import AgentRuns
 from agentruns.domain.errors import AgentRunsError, StoreUnavailable
-from agentruns.domain.payload import JsonObject
+from agentruns.domain.payload import JsonObject, JsonValue
 from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.termination import TerminationReason
 
@@ -76,13 +76,16 @@ class GroupSettler:
             return result
         raise _unexpected(result)
 
-    async def end(self, fence: AgentRunFence, reason: TerminationReason) -> None:
-        """As :meth:`AgentRuns.end` for a kind without a domain row, written with the group;
-        it returns once the end is committed, and raises what a lone end would. The ended run
-        is not read back: its holder has it, and nothing of it changes but the end."""
-        result = await self._submit(EndWrite(fence, reason))
-        if result is not None:
-            raise _unexpected(result)
+    async def end(
+        self, fence: AgentRunFence, reason: TerminationReason, result: JsonValue = None
+    ) -> None:
+        """As :meth:`AgentRuns.end` for a kind without a domain row (with its ``result``),
+        written with the group; it returns once the end is committed, and raises what a lone
+        end would. The ended run is not read back: its holder has it, and nothing of it changes
+        but the end."""
+        answer = await self._submit(EndWrite(fence, reason, result))
+        if answer is not None:
+            raise _unexpected(answer)
 
     async def renew_many(self, fences: Sequence[AgentRunFence]) -> list[AgentRunsError | None]:
         """Heartbeats: renew each fence's lease with the group (as :meth:`AgentRuns.renew`,
@@ -194,7 +197,7 @@ class GroupSettler:
             if isinstance(write, RenewWrite):
                 await self._runs.renew(write.fence)
                 return None
-            await self._runs.end(write.fence, write.reason)
+            await self._runs.end(write.fence, write.reason, result=write.result)
             return None
         except Exception as failed:  # the write's own answer, whatever it is
             return failed

@@ -26,7 +26,7 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -34,7 +34,7 @@ from agentruns.app.boundaries import StepBoundaries
 from agentruns.app.claimer import GroupClaimer
 from agentruns.app.holders import HolderHeartbeat
 from agentruns.app.keeper import LeaseKeeper
-from agentruns.app.kinds import RunKind, RunKinds, StepEvent
+from agentruns.app.kinds import RunKind, RunKinds, RunResult, StepEvent
 from agentruns.app.metrics import Metrics, NoMetrics
 from agentruns.app.ports import Clock, HolderStore, NewFailure, Notifier
 from agentruns.app.recorded import RecordedSteps, RunWaiting, StepContext
@@ -52,7 +52,7 @@ from agentruns.domain.errors import (
 from agentruns.domain.failure_records import FailureDetail, describe_failure
 from agentruns.domain.failures import ClassifiedFailure, FailureClass
 from agentruns.domain.holders import HolderBeat
-from agentruns.domain.payload import JsonObject
+from agentruns.domain.payload import JsonObject, JsonValue
 from agentruns.domain.recorded_steps import RECORDED_STEP, RecordedStep, Replay, read_record
 from agentruns.domain.run import AgentRun
 from agentruns.domain.termination import (
@@ -170,10 +170,10 @@ class Worker:
             # registry's claim, or by claim_subject) is a failure to recover from like a step's,
             # never an error that kills this task with the run still leased.
             kind = self._kinds.get(run.kind)
-            await self._steps(run, kind, trace, settler)
+            result = await self._steps(run, kind, trace, settler)
             span = trace.end()
             try:
-                await self._end(run, kind, TerminationReason.COMPLETED, settler)
+                await self._end(run, kind, TerminationReason.COMPLETED, settler, result)
             finally:
                 span.end()
             self._metrics.ended(run.kind, TerminationReason.COMPLETED)
@@ -205,16 +205,16 @@ class Worker:
 
     async def _steps(
         self, run: AgentRun, kind: RunKind, trace: RunTrace, settler: GroupSettler | None
-    ) -> None:
+    ) -> JsonValue:
         """Each step's work, then its boundary (renew, then persist its event), each timed and
-        spanned. A step's own error ends its span marked with the failure and goes on up."""
+        spanned; the run's result, if its steps gave one (ADRs/0026). A step's own error ends
+        its span marked with the failure and goes on up."""
         boundary = StepBoundaries(self._runs, self._metrics, run, kind, trace, settler)
         keeper = self.keeper
         keeper.watch(boundary)
         try:
             if isinstance(kind.steps, RecordedSteps):
-                await self._recorded(run, kind.steps, boundary)
-                return
+                return await self._recorded(run, kind.steps, boundary)
             # A generator's steps, each through the boundaries' parts, inline in this coroutine
             # (the worker's hot path: no coroutine of its own per run, ADRs/0023).
             steps = kind.steps(run)
@@ -222,8 +222,12 @@ class Worker:
             fence = run.fence
             while True:
                 if bounded:  # the step timeout's bound needs the boundaries' own loop
-                    if await boundary.steps(steps.__anext__, once=True) is None:
-                        return
+                    stepped = await boundary.steps(steps.__anext__, once=True)
+                    if stepped is None:
+                        return None
+                    if type(stepped) is RunResult:
+                        await _close(steps)
+                        return stepped.result
                     continue
                 span = boundary.begin()
                 try:
@@ -231,12 +235,17 @@ class Worker:
                 except StopAsyncIteration:
                     boundary.working = None
                     span.drop()  # no step: the steps were done
-                    return
+                    return None
                 except BaseException as error:
                     replaced = boundary.failed(span, error)
                     if replaced is error:
                         raise
                     raise replaced from None
+                if type(event) is RunResult:  # the run's result: not a step, the steps' end
+                    boundary.working = None
+                    span.drop()
+                    await _close(steps)
+                    return event.result
                 began = boundary.worked(span)
                 try:
                     if settler is not None:
@@ -251,7 +260,7 @@ class Worker:
 
     async def _recorded(
         self, run: AgentRun, steps: RecordedSteps, boundary: StepBoundaries
-    ) -> None:
+    ) -> JsonValue:
         """A recorded kind's attempt: its recorded steps read once (none before a second
         claim: a first attempt has no history and reads nothing), then its code, whose recorded
         steps return their results and whose new steps are recorded (ADRs/0022)."""
@@ -277,8 +286,9 @@ class Worker:
             self._metrics.waited(run.kind, came_to(record))
             return record
 
-        await steps.function(run, StepContext(run, replay, record, wait))
+        result = await steps.function(run, StepContext(run, replay, record, wait))
         replay.finish()
+        return result
 
     def _unreachable(self, run: AgentRun) -> RunOutcome:
         """The store cannot be reached: the holder cannot prove its lease, so it stops without
@@ -354,13 +364,14 @@ class Worker:
         kind: RunKind,
         reason: TerminationReason,
         settler: GroupSettler | None,
+        result: JsonValue = None,
     ) -> None:
-        """End the run with the group, unless its kind has a domain row: then alone, so its
-        handler locks that row first and moves it in the same transaction."""
+        """End the run (with its ``result``) with the group, unless its kind has a domain row:
+        then alone, so its handler locks that row first and moves it in the same transaction."""
         if settler is not None and not kind.handler.has_domain_row:
-            await settler.end(run.fence, reason)
+            await settler.end(run.fence, reason, result)
         else:
-            await self._runs.end(run.fence, reason)
+            await self._runs.end(run.fence, reason, result=result)
 
     async def _lost(self, run: AgentRun) -> RunOutcome:
         """A lost lease; CANCELLED when the loss was a cancel of this very epoch."""
@@ -496,6 +507,12 @@ class Worker:
         for future in pending:
             future.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+
+
+async def _close(steps: AsyncIterator[StepEvent]) -> None:
+    """Close a generator's steps that gave the run's result: its ``finally`` runs now."""
+    if isinstance(steps, AsyncGenerator):
+        await steps.aclose()
 
 
 def came_to(record: JsonObject | None) -> str:

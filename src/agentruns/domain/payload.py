@@ -107,8 +107,24 @@ def validate_payload(value: object) -> JsonObject:
         return value
     if not isinstance(value, Mapping):
         raise InvalidPayload(f"payload must be a JSON object, not {type(value).__name__}")
-    checked = _Walk().check(value, "$", 0)
+    checked = _checked(value)
     assert isinstance(checked, dict)  # a Mapping checks to a dict
+    return checked
+
+
+def validate_result(value: object) -> JsonValue:
+    """A checked copy of a run's result (ADRs/0026): any JSON value within the payload limits
+    (``None``: no result); :class:`InvalidPayload`, naming the result, if not."""
+    if value is None:
+        return None
+    try:
+        return _checked(value)
+    except InvalidPayload as refused:
+        raise InvalidPayload(f"a run's result: {refused}") from None
+
+
+def _checked(value: object) -> JsonValue:
+    checked = _Walk().check(value, "$", 0)
     try:
         encoded = json.dumps(checked, ensure_ascii=False, separators=(",", ":")).encode("utf-8")
     except UnicodeEncodeError:

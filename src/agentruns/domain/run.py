@@ -20,7 +20,7 @@ from agentruns.domain.errors import (
     StaleEpoch,
 )
 from agentruns.domain.failure_records import LastFailure
-from agentruns.domain.payload import JsonObject
+from agentruns.domain.payload import JsonObject, JsonValue
 from agentruns.domain.states import AgentRunState, check_move
 from agentruns.domain.termination import TerminationReason
 
@@ -69,6 +69,8 @@ class AgentRun:
     ``None`` for a sleep) and until when (ADRs/0025): read by ``get`` and listings, not by the
     claim, renewal or end, so they do not take part in equality either; meaningful while the
     run is QUEUED (:func:`agentruns.domain.waits.is_waiting`).
+    ``result`` is the JSON value its kind ended it with (``None``: none), written with the end
+    (ADRs/0026); read by ``get`` and listings only, so it does not take part in equality.
     """
 
     id: UUID
@@ -97,6 +99,7 @@ class AgentRun:
     key: str | None = field(default=None, compare=False)
     waiting_for: str | None = field(default=None, compare=False)
     waiting_until: datetime | None = field(default=None, compare=False)
+    result: JsonValue = field(default=None, compare=False)
 
     @property
     def fence(self) -> AgentRunFence:

@@ -106,6 +106,8 @@ class RenewBody(_Body):
 class EndBody(_Body):
     epoch: StrictInt = Field(ge=1, le=MAX_EPOCH)
     reason: Literal["completed", "failed", "cancelled", "not_retryable"]
+    # The run's result (ADRs/0026), written with the end; checked as the library checks it.
+    result: JsonValue = None
 
 
 class FenceOut(BaseModel):
@@ -126,6 +128,7 @@ class RunOut(BaseModel):
     leased_until: datetime | None
     deadline_at: datetime | None
     end_reason: str | None
+    result: JsonValue = None
 
     @classmethod
     def of(cls, run: AgentRun) -> Self:
@@ -141,6 +144,7 @@ class RunOut(BaseModel):
             leased_until=run.leased_until,
             deadline_at=run.deadline_at,
             end_reason=run.end_reason.value if run.end_reason else None,
+            result=run.result,
         )
 
 
@@ -291,7 +295,8 @@ def create_gateway(
     async def end(run_id: UUID, body: EndBody, authorization: Token = None) -> RunOut:
         reason = TerminationReason(body.reason)
         token = _bearer(authorization)
-        return RunOut.of(await sandboxes.end(token, run_id, body.epoch, reason, runs))
+        ended = await sandboxes.end(token, run_id, body.epoch, reason, runs, result=body.result)
+        return RunOut.of(ended)
 
     app.include_router(router)
 

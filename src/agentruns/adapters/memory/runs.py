@@ -185,7 +185,12 @@ class MemoryRunStore(RunStore):
         return self._write(tx, run.apply(transitions.renew(run, fence, now=self._clock.now())))
 
     async def end(
-        self, tx: Transaction, run_id: UUID, reason: TerminationReason, fence: AgentRunFence | None
+        self,
+        tx: Transaction,
+        run_id: UUID,
+        reason: TerminationReason,
+        fence: AgentRunFence | None,
+        result: JsonValue = None,
     ) -> AgentRun:
         database = self._database.check(tx)
         run = self._existing(run_id)
@@ -193,7 +198,10 @@ class MemoryRunStore(RunStore):
         if fence is None and run.state is AgentRunState.LEASED:
             # Ended under its holder: the holder is told once the end commits (ADRs/0023).
             database.on_commit(lambda: self._notifier.cancelled(run_id))
-        return self._write(tx, run.apply(change))
+        ended = run.apply(change)
+        if fence is not None and result is not None:  # only a holder ends with a result
+            ended = replace(ended, result=result)
+        return self._write(tx, ended)
 
     async def renew_many(
         self, tx: Transaction, fences: Sequence[AgentRunFence]
@@ -214,7 +222,9 @@ class MemoryRunStore(RunStore):
         results: list[AgentRun | AgentRunsError | None] = []
         for write in ends:
             try:
-                ended = await self.end(tx, write.fence.run_id, write.reason, write.fence)
+                ended = await self.end(
+                    tx, write.fence.run_id, write.reason, write.fence, write.result
+                )
             except (LeaseLost, RunNotFound) as refused:  # the domain refused before writing
                 results.append(refused)
             else:

@@ -51,6 +51,7 @@ _REFUSALS = {
     "guard_agent_run_attempt": "an attempt is spent only by a lease going back to the queue",
     "guard_agent_run_frozen": "a run keeps what it was enqueued with",
     "guard_agent_run_delete": "only an ended run is deleted",
+    "guard_agent_run_result": "a result is written with the run's end",
     "guard_agent_run_event": "events are appended under the run's current lease, never rewritten",
     "guard_agent_run_reason": "an unknown end reason",
     "guard_agent_run_lease": "a lease is longer than zero",

@@ -183,6 +183,7 @@ OBJECTS: tuple[Privileges, ...] = (
             "refuse_agent_run_delete",
             "refuse_agent_run_event_rewrite",
             "refuse_agent_run_frozen",
+            "refuse_agent_run_result",
             "refuse_agent_run_truncate",
             "refuse_agent_sandbox_delete",
         )

@@ -90,6 +90,8 @@ def run_from_row(row: Row) -> AgentRun:
         # Read by get and list only (ADRs/0025): no statement of the worker loop names them.
         waiting_for=row.get("waiting_for"),
         waiting_until=row.get("waiting_until"),
+        # Read by get, list and the holder's end only (ADRs/0026).
+        result=row.get("result"),
     )
 
 
@@ -313,12 +315,19 @@ class PostgresRunStore(RunStore):
         return results
 
     async def end(
-        self, tx: Tx, run_id: UUID, reason: TerminationReason, fence: AgentRunFence | None
+        self,
+        tx: Tx,
+        run_id: UUID,
+        reason: TerminationReason,
+        fence: AgentRunFence | None,
+        result: JsonValue = None,
     ) -> AgentRun:
         if fence is not None:
             if fence.run_id != run_id:
                 raise StaleEpoch(f"the fence names run {fence.run_id}, not {run_id}")
-            run = await self._one(tx, sql.END_FENCED, reason=reason.value, **_fence_params(fence))
+            run = await self._one(
+                tx, sql.END_FENCED, reason=reason.value, result=result, **_fence_params(fence)
+            )
             if run is None:
                 await self.refuse_fenced(tx, fence)
             return run
@@ -334,7 +343,13 @@ class PostgresRunStore(RunStore):
         if not ends:
             return []
         fences = [write.fence for write in ends]
-        writes = _group_writes([(w.fence, (w.reason.value,)) for w in ends])
+        # A write with a result carries it as its fifth element; one without, nothing more.
+        writes = _group_writes(
+            [
+                (w.fence, (w.reason.value,) if w.result is None else (w.reason.value, w.result))
+                for w in ends
+            ]
+        )
         statement = sql.END_MANY if ended_runs else sql.END_MANY_QUIET
         rows = await fetch(tx, statement, {**self._params(), "writes": writes})
         results: list[AgentRun | AgentRunsError | None] = []

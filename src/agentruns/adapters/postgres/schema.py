@@ -137,6 +137,9 @@ agent_run = Table(
     # wait's give-back, cleared by the signal's wake-up or the wait's resolution (ADRs/0025).
     Column("waiting_for", Text),
     Column("waiting_until", TZ),
+    # The JSON value the run ended with (NULL: none), written by the holder's fenced end only
+    # (guard_agent_run_result; ADRs/0026).
+    Column("result", JSONB),
     CheckConstraint("state IN ('queued', 'leased', 'ended')", name="ck_agent_run_state"),
     CheckConstraint("band BETWEEN 0 AND 2", name="ck_agent_run_band"),
     CheckConstraint("epoch >= 0 AND attempt >= 0", name="ck_agent_run_counts"),

@@ -44,6 +44,8 @@ _BIND_TYPES: dict[str, TypeEngine[Any]] = {
     "names": ARRAY(Text),
     # The enqueuer's trace context: NULL when there is none, not the JSON null.
     "trace_context": JSONB(none_as_null=True),
+    # A run's result (ADRs/0026): NULL when it has none, not the JSON null.
+    "result": JSONB(none_as_null=True),
     "excluding": ARRAY(Text),
     "live": ARRAY(Text),
 }
@@ -112,7 +114,7 @@ RETURNING {RUN_COLUMNS}, enqueue_key
 """)
 
 GET_RUN = statement(
-    f"SELECT {RUN_COLUMNS}, enqueue_key, waiting_for, waiting_until, {NOW} AS now "
+    f"SELECT {RUN_COLUMNS}, enqueue_key, waiting_for, waiting_until, result, {NOW} AS now "
     "FROM agent_run WHERE id = :run_id"
 )
 
@@ -137,9 +139,9 @@ END_FENCED = statement(f"""
 WITH clock AS (SELECT {NOW} AS now),
 ended AS (
     UPDATE agent_run SET state = 'ended', head = false, leased_until = NULL,
-                         end_reason = :reason, ended_at = clock.now
+                         end_reason = :reason, ended_at = clock.now, result = :result
     FROM clock WHERE {_FENCE}
-    RETURNING {RUN_COLUMNS}
+    RETURNING {RUN_COLUMNS}, result
 )
 SELECT * FROM ended
 """)
@@ -451,11 +453,13 @@ def _list_runs(filters: frozenset[str], state: str | None, success: bool | None)
     else:
         states = list(LIST_STATES) if state is None else [state]
     branches = [
-        f"SELECT {RUN_COLUMNS}, enqueue_key, waiting_for, waiting_until FROM agent_run WHERE "
+        f"SELECT {RUN_COLUMNS}, enqueue_key, waiting_for, waiting_until, result "
+        "FROM agent_run WHERE "
         + " AND ".join([f"state = '{name}'", *where])
         for name in states
     ] or [
-        f"SELECT {RUN_COLUMNS}, enqueue_key, waiting_for, waiting_until FROM agent_run WHERE false"
+        f"SELECT {RUN_COLUMNS}, enqueue_key, waiting_for, waiting_until, result "
+        "FROM agent_run WHERE false"
     ]
     if len(branches) == 1:
         return statement(f"{branches[0]}\nORDER BY seq DESC LIMIT :limit")
@@ -635,13 +639,14 @@ _GROUP_FENCE = (
 
 
 def _end_many(returning: str) -> TextClause:
-    """The ends of a group, each under its fence, answering ``returning`` of each ended run."""
+    """The ends of a group, each under its fence, answering ``returning`` of each ended run. A
+    write's fifth element is its result (ADRs/0026): a write without one ends with none."""
     return statement(f"""
 WITH clock AS (SELECT {NOW} AS now),
-w AS ({_GROUP.format(extra=", e.v ->> 3 AS reason")}),
+w AS ({_GROUP.format(extra=", e.v ->> 3 AS reason, e.v -> 4 AS result")}),
 ended AS (
     UPDATE agent_run r SET state = 'ended', head = false, leased_until = NULL,
-                           end_reason = w.reason, ended_at = clock.now
+                           end_reason = w.reason, ended_at = clock.now, result = w.result
     FROM w, clock WHERE {_GROUP_FENCE}
     RETURNING {returning}
 )
@@ -649,7 +654,7 @@ SELECT w.ord, ended.* FROM w LEFT JOIN ended ON ended.id = w.id ORDER BY w.ord
 """)
 
 
-END_MANY = _end_many(_R_COLUMNS)
+END_MANY = _end_many(f"{_R_COLUMNS}, r.result")
 
 # The same ends, answering only which were written: a holder that only needs to know its end
 # held (the worker) does not pay for reading each ended run back and mapping it.

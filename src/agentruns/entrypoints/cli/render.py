@@ -170,6 +170,7 @@ def run(shown: AgentRun, events: list[RunEvent], failures: list[FailureRecord]) 
         ("enqueue key", shown.key or "-"),
         ("waiting", _waiting(shown)),
         ("last failure", _last_failure(shown)),
+        ("result", "-" if shown.result is None else json.dumps(redact_json(shown.result))),
         ("payload", json.dumps(redact_json(shown.payload))),
     ):
         _row(fields, name, value)
@@ -296,6 +297,7 @@ def run_summary(shown: AgentRun) -> dict[str, object]:
         "waiting": None
         if not is_waiting(shown)
         else {"for": shown.waiting_for, "until": _time(shown.waiting_until)},
+        "result": None if shown.result is None else redact_json(shown.result),
         "last_failure": None
         if failure is None
         else {

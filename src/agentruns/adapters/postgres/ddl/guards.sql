@@ -20,7 +20,8 @@
 --                              continuation and enqueue key are written once, at enqueue;
 --   guard_agent_run_events     a run is inserted with no events, and its event count moves
 --                              only by one, on a leased run (an event appended: ADRs/0016);
---   guard_agent_run_delete     only an ended run is deleted (retention), by DELETE or TRUNCATE.
+--   guard_agent_run_delete     only an ended run is deleted (retention), by DELETE or TRUNCATE;
+--   guard_agent_run_result     a result only on an ended run (written with its end: ADRs/0026).
 
 -- One expression accepts a legal write (the triggers' WHEN conditions below are its two halves);
 -- the rules are told apart, in order, only for a write it refuses.
@@ -184,6 +185,23 @@ $$;
 
 CREATE TRIGGER guard_agent_run_delete BEFORE DELETE ON agent_run
     FOR EACH ROW WHEN (OLD.state <> 'ended') EXECUTE FUNCTION refuse_agent_run_delete();
+
+-- Fired only by an insert, or an update that names the result (an end's), with a result on a run
+-- that is not ended; an ended run is never updated (guard_agent_run), so its result is final.
+CREATE FUNCTION refuse_agent_run_result() RETURNS trigger LANGUAGE plpgsql
+SET search_path FROM CURRENT
+AS $$
+BEGIN
+    RAISE EXCEPTION 'agent_run %: a result is written with the run''s end, not on a % run',
+        NEW.id, NEW.state
+        USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_result';
+END
+$$;
+
+CREATE TRIGGER guard_agent_run_result
+    BEFORE INSERT OR UPDATE OF result ON agent_run FOR EACH ROW
+    WHEN (NEW.result IS NOT NULL AND NEW.state <> 'ended')
+    EXECUTE FUNCTION refuse_agent_run_result();
 
 -- TRUNCATE fires no row trigger: it is refused by a statement trigger while any run has not ended
 -- (agent_run, and the CASCADE that names it), or while a run that has not ended has events
