@@ -72,6 +72,17 @@ def test_enqueue_prints_the_run_id_and_takes_every_field(postgres_url: str) -> N
     assert run["due_at"] > run["enqueued_at"]  # type: ignore[operator]
 
 
+def test_runs_show_prints_the_result_a_run_ended_with(postgres_url: str) -> None:
+    run_id = enqueue(
+        postgres_url, "--payload", '{"steps": 1, "step_ms": 1, "result": {"verdict": "approve"}}'
+    )
+    ok(invoke(postgres_url, "worker", "--kinds", KINDS, "--drain"))
+    run = shown(postgres_url, run_id)
+    assert (run["state"], run["result"]) == ("ended", {"verdict": "approve"})
+    table = ok(invoke(postgres_url, "runs", "show", str(run_id)))
+    assert '{"verdict": "approve"}' in table
+
+
 def test_a_failed_run_shows_its_error_and_traceback_and_a_retry_goes_on(postgres_url: str) -> None:
     """A 401 is not retryable: dead-lettered on its first attempt, with its record; `runs retry`
     continues it (one more attempt), and the continuation runs again."""

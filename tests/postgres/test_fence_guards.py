@@ -278,6 +278,25 @@ ILLEGAL = {
     "cancel that lowers the band": Illegal(
         "queued", END.replace("SET ", "SET band = 2, "), "guard_agent_run_frozen"
     ),
+    # A result is written with the end only (ADRs/0026), and an ended run's result is final.
+    "result on a leased run": Illegal(
+        "leased",
+        """UPDATE agent_run SET result = '{"a": 1}' WHERE id = %(run)s""",
+        "guard_agent_run_result",
+    ),
+    "result on a requeue": Illegal(
+        "leased", REQUEUE.replace("SET ", "SET result = '1', "), "guard_agent_run_result"
+    ),
+    "run inserted with a result": Illegal(
+        "queued",
+        INSERT.replace("%(run)s", "gen_random_uuid()")
+        .replace("lease)", "lease, result)")
+        .replace("interval '30 seconds')", "interval '30 seconds', '\"early\"')"),
+        "guard_agent_run_result",
+    ),
+    "result rewritten on an ended run": Illegal(
+        "ended", """UPDATE agent_run SET result = '"later"' WHERE id = %(run)s""", "guard_agent_run"
+    ),
     # The state table and identity, as 0001 already refused them.
     "run inserted leased": Illegal(
         "queued",
@@ -446,10 +465,13 @@ def test_the_legal_raw_writes_are_accepted(db: Db) -> None:
     params = {"run": run}
     for write in (CLAIM, RENEW, EVENT.format(epoch=CURRENT), REQUEUE, CLAIM, CHARGED_REQUEUE):
         db.execute(write, params)
-    for write in (CLAIM, EVENT.format(epoch=CURRENT), END):
+    # The end writes the run's result with it (ADRs/0026).
+    for write in (CLAIM, EVENT.format(epoch=CURRENT), END.replace("SET ", "SET result = '[1]', ")):
         db.execute(write, params)
-    row = db.execute("SELECT epoch, attempt, holder FROM agent_run WHERE id = %(run)s", params)
-    assert row.fetchone() == (3, 1, "w")
+    row = db.execute(
+        "SELECT epoch, attempt, holder, result FROM agent_run WHERE id = %(run)s", params
+    )
+    assert row.fetchone() == (3, 1, "w", [1])
     events = db.execute("SELECT seq, epoch FROM agent_run_event WHERE run_id = %(run)s", params)
     assert events.fetchall() == [(1, 1), (2, 3)]
     db.execute("DELETE FROM agent_run WHERE id = %(run)s", params)

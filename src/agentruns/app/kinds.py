@@ -17,7 +17,12 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from agentruns.app.ports import BudgetHold, Transaction
-from agentruns.domain.errors import InvalidSchedule, RecordedStepError, UnknownKind
+from agentruns.domain.errors import (
+    InvalidRunResult,
+    InvalidSchedule,
+    RecordedStepError,
+    UnknownKind,
+)
 from agentruns.domain.failures import (
     ClassifiedFailure,
     FailureClass,
@@ -135,9 +140,10 @@ class RunKind:
 
     def classify(self, error: BaseException) -> ClassifiedFailure:
         """The failure class of a step's error: the kind's classifier first, then the defaults.
-        A recorded step's own refusal (:class:`RecordedStepError`) is ``configuration`` whatever
-        the classifier says: a retry would meet it again (ADRs/0022)."""
-        if isinstance(error, RecordedStepError):
+        A recorded step's own refusal (:class:`RecordedStepError`) and a result that cannot be
+        stored (:class:`InvalidRunResult`) are ``configuration`` whatever the classifier says:
+        a retry would meet them again (ADRs/0022, 0026)."""
+        if isinstance(error, (RecordedStepError, InvalidRunResult)):
             return ClassifiedFailure(FailureClass.CONFIGURATION)
         return classify_failure(error, self.classifier)
 

@@ -145,6 +145,12 @@ class InvalidStepResult(RecordedStepError, InvalidRequest):
     (:mod:`agentruns.domain.limits`): nothing is recorded."""
 
 
+class InvalidRunResult(InvalidPayload, ConfigurationError):
+    """A run's result is not a JSON value within the payload limits (ADRs/0026): the end is
+    refused and nothing is written. Met by a worker ending a kind's run, the run ends
+    ``not_retryable`` (class ``configuration``): a retry would give the same result."""
+
+
 class WaitTimedOut(AgentRunsError, ConfigurationError):
     """``ctx.wait_for`` saw its timeout pass before its signal came (ADRs/0025). A kind may
     catch it; uncaught, it ends the run ``not_retryable`` with its failure record: a retry would

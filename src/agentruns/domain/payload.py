@@ -12,7 +12,7 @@ import math
 from collections.abc import Mapping
 from typing import TypeAlias
 
-from agentruns.domain.errors import InvalidPayload
+from agentruns.domain.errors import InvalidPayload, InvalidRunResult
 from agentruns.domain.limits import (
     MAX_JSON_BYTES,
     MAX_JSON_DEPTH,
@@ -114,13 +114,13 @@ def validate_payload(value: object) -> JsonObject:
 
 def validate_result(value: object) -> JsonValue:
     """A checked copy of a run's result (ADRs/0026): any JSON value within the payload limits
-    (``None``: no result); :class:`InvalidPayload`, naming the result, if not."""
+    (``None``: no result); :class:`~agentruns.domain.errors.InvalidRunResult` if not."""
     if value is None:
         return None
     try:
         return _checked(value)
     except InvalidPayload as refused:
-        raise InvalidPayload(f"a run's result: {refused}") from None
+        raise InvalidRunResult(f"a run's result: {refused}") from None
 
 
 def _checked(value: object) -> JsonValue:

@@ -498,3 +498,28 @@ async def test_a_signed_token_with_an_absurd_expiry_gets_401(
         answer = await http.get("/internal/agent/sandbox", headers=bearer(absurd))
         assert (answer.status_code, answer.json()) == (401, {"detail": "unauthorized"})
     assert (await world.row(sandbox.id)).state is SandboxState.REQUESTED  # type: ignore[union-attr]
+
+
+async def test_a_sandbox_ends_its_run_with_a_result(world: World, http: httpx.AsyncClient) -> None:
+    """The end's optional result is stored with it (ADRs/0026); one that cannot be stored is a
+    422 and the run stays leased."""
+    _, token = await started(world)
+    run = await world.runs.enqueue("code", workspace="ws", subject="task:1")
+    assert (await http.post("/internal/agent/next", headers=bearer(token))).status_code == 200
+    path = f"/internal/agent/runs/{run.id}/end"
+    deep: object = "leaf"
+    for _ in range(70):
+        deep = [deep]
+    refused = await http.post(
+        path, headers=bearer(token), json={"epoch": 1, "reason": "completed", "result": deep}
+    )
+    assert refused.status_code == 422
+    assert (await world.runs.get(run.id)).state is AgentRunState.LEASED
+    ended = await http.post(
+        path,
+        headers=bearer(token),
+        json={"epoch": 1, "reason": "completed", "result": {"patch": "diff --git", "ok": True}},
+    )
+    assert ended.status_code == 200
+    assert ended.json()["result"] == {"patch": "diff --git", "ok": True}
+    assert (await world.runs.get(run.id)).result == {"patch": "diff --git", "ok": True}

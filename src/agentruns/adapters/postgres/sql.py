@@ -454,8 +454,7 @@ def _list_runs(filters: frozenset[str], state: str | None, success: bool | None)
         states = list(LIST_STATES) if state is None else [state]
     branches = [
         f"SELECT {RUN_COLUMNS}, enqueue_key, waiting_for, waiting_until, result "
-        "FROM agent_run WHERE "
-        + " AND ".join([f"state = '{name}'", *where])
+        "FROM agent_run WHERE " + " AND ".join([f"state = '{name}'", *where])
         for name in states
     ] or [
         f"SELECT {RUN_COLUMNS}, enqueue_key, waiting_for, waiting_until, result "

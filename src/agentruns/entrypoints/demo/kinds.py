@@ -9,6 +9,8 @@ A payload says how many steps a run takes and how long each lasts, and which fau
     (a 503 or 429 that a retry fixes; a 401 that no retry fixes).
 ``{"fail": "chain"}``
     a fallback chain whose every provider fails, every time, until the budget is spent.
+``{"result": {"verdict": "approve"}}``
+    the run ends with that JSON value as its result (ADRs/0026).
 ``{"stall_ms": 2500}``
     the first attempt stalls mid-run for longer than the lease: the reaper takes the run back
     while its holder still runs, and the holder's next renewal is refused (a lost lease).
@@ -23,7 +25,7 @@ import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
 
-from agentruns.app.kinds import RunKind, RunKinds, StepEvent
+from agentruns.app.kinds import RunKind, RunKinds, RunResult, StepEvent
 from agentruns.domain.backoff import Backoff
 from agentruns.domain.failures import FallbackChainExhausted, ProviderError
 from agentruns.domain.kinds import RunKindPolicy
@@ -56,6 +58,8 @@ async def scripted_steps(run: AgentRun) -> AsyncIterator[StepEvent]:
         if index == steps - 1:
             _maybe_fail(run)
         yield StepEvent("step", {"index": index, "of": steps})
+    if "result" in payload:
+        yield RunResult(payload["result"])
 
 
 def _maybe_fail(run: AgentRun) -> None:
