@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from pathlib import Path
+from uuid import UUID
 
 from selenium import webdriver
 from selenium.webdriver.common.by import By
@@ -15,9 +16,9 @@ from tests.browser.conftest import Stack
 from tests.browser.test_console import shot, shown, text, wait_for
 
 
-async def _until_waiting(client: agentruns.AgentRunsClient, run_id: object) -> agentruns.AgentRun:
+async def _until_waiting(client: agentruns.AgentRunsClient, run_id: UUID) -> agentruns.AgentRun:
     for _ in range(300):
-        found = await client.runs.get(run_id)  # type: ignore[arg-type]
+        found = await client.runs.get(run_id)
         if found.waiting_until is not None:
             return found
         await asyncio.sleep(0.1)
