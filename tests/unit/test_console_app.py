@@ -489,6 +489,9 @@ async def test_a_signal_is_delivered_from_a_waiting_runs_page(client: AgentRunsC
         assert 'id="signal-form"' in page
         assert 'id="signal-name" value="approval"' in page
         assert 'id="cancel-run"' in page
+        confirm = await http.get(f"/confirm?action=signal&run={run.id}")
+        assert confirm.status_code == 200
+        assert 'name="name" value="approval"' in confirm.text
         form = {
             "csrf": _csrf(page),
             "run": str(run.id),
