@@ -1,6 +1,6 @@
 """The kinds the browser tier's worker runs: short steps that drain, a dead letter, a flaky run
-that succeeds on its second attempt, a run whose event carries a provider key, and a long run
-that renews its lease every half second."""
+that succeeds on its second attempt, a run whose event carries a provider key, a long run
+that renews its lease every half second, and a recorded run that waits for an approval."""
 
 from __future__ import annotations
 
@@ -45,6 +45,16 @@ async def long(run: agentruns.AgentRun) -> AsyncIterator[agentruns.StepEvent]:
         yield agentruns.StepEvent("tick", {"index": index})
 
 
+async def approve(run: agentruns.AgentRun, ctx: agentruns.StepContext) -> None:
+    """Waits up to an hour for the signal ``approval``, then records what it got."""
+    got = await ctx.wait_for("approval", timeout=timedelta(hours=1))
+    await ctx.step("report", _echo, got)
+
+
+async def _echo(value: object) -> object:
+    return value
+
+
 def _policy(name: str, **changes: object) -> agentruns.RunKindPolicy:
     backoff = agentruns.Backoff(base=QUICK, cap=QUICK, jitter=0.0)
     return agentruns.RunKindPolicy(name=name, backoff=backoff, **changes)  # type: ignore[arg-type]
@@ -57,6 +67,7 @@ KINDS = agentruns.RunKinds(
         agentruns.RunKind(_policy("flaky"), flaky),
         agentruns.RunKind(_policy("keyed"), keyed),
         agentruns.RunKind(_policy("long", lease=timedelta(seconds=20)), long),
+        agentruns.RunKind(_policy("approve"), agentruns.RecordedSteps(approve)),
     ],
     schedules=[
         agentruns.Schedule(

@@ -407,3 +407,42 @@ async def _eventually(check: Callable[[], Awaitable[bool]], *, seconds: float = 
             return
         await asyncio.sleep(0.01)
     raise AssertionError(f"not so within {seconds} s")
+
+
+async def test_the_overview_and_the_workspaces_count_the_waiting_runs(
+    runs: AgentRuns, worker: Worker, backend: Backend, approver: Approver
+) -> None:
+    """Waiting runs are counted per workspace and overall; the overview lists the soonest ends
+    first, at most as many as asked, and a woken run is no longer among them."""
+    napping = await runs.enqueue("napper", workspace="acme", subject="n")
+    assert await drive_one(runs, worker) is RunOutcome.WAITING
+    approving = await runs.enqueue("approve", workspace="globex", subject="a")
+    assert await drive_one(runs, worker) is RunOutcome.WAITING
+    later = await runs.enqueue("approve", workspace="globex", subject="b")
+    backend.clock.advance(timedelta(minutes=1))
+    assert await drive_one(runs, worker) is RunOutcome.WAITING
+    await runs.enqueue("chat", workspace="acme", subject="q")  # queued, not waiting
+    stats = backend.family.stats
+
+    async with backend.stores.scope.transaction() as tx:
+        found = await stats.overview(tx, window=timedelta(minutes=10), soon=NAP, waiting=2)
+        loads = await stats.workspace_loads(tx)
+
+    assert found.waiting_total == 3
+    assert [(wait.run_id, wait.waiting_for) for wait in found.waiting] == [
+        (napping.id, None),
+        (approving.id, "approval"),
+    ]
+    assert found.waiting[1].workspace == "globex"
+    assert found.waiting[1].waiting_until == (await runs.get(approving.id)).waiting_until
+    by_name = {load.workspace: load.waiting for load in loads.loads}
+    assert by_name == {"acme": 1, "globex": 2}
+    assert loads.waiting == 3
+
+    await runs.signal(later.id, "approval", None)
+    async with backend.stores.scope.transaction() as tx:
+        found = await stats.overview(tx, window=timedelta(minutes=10), soon=NAP)
+        loads = await stats.workspace_loads(tx)
+    assert found.waiting_total == 2
+    assert later.id not in {wait.run_id for wait in found.waiting}
+    assert loads.waiting == 2

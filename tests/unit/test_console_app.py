@@ -467,3 +467,113 @@ async def test_a_planted_csrf_pair_and_a_token_of_another_session_are_refused(
         answer = await browser.post("/actions/cancel", data={"csrf": mine, "run": str(queued.id)})
         assert answer.status_code == 403
     assert (await client.runs.get(queued.id)).state is agentruns.AgentRunState.QUEUED
+
+
+async def _waiting(client: AgentRunsClient, subject: str) -> agentruns.AgentRun:
+    """A run given back to wait for the signal ``approval`` for two hours."""
+    run = await client.runs.enqueue("summarise", workspace="acme", subject=subject)
+    leased = await client.runs.claim_subject("w1", "acme", subject, kinds=["summarise"])
+    assert leased is not None
+    await client.runs.wait_point(
+        leased.fence, name="approval", occurrence=1, longest=timedelta(hours=2)
+    )
+    return run
+
+
+async def test_a_signal_is_delivered_from_a_waiting_runs_page(client: AgentRunsClient) -> None:
+    """The run page's form delivers the signal it waits for; a second delivery of its id
+    writes nothing; a cancel is offered while it waits."""
+    run = await _waiting(client, "doc:s")
+    async with _http(create_console(client)) as http:
+        page = (await http.get(f"/runs/{run.id}")).text
+        assert 'id="signal-form"' in page
+        assert 'id="signal-name" value="approval"' in page
+        assert 'id="cancel-run"' in page
+        confirm = await http.get(f"/confirm?action=signal&run={run.id}")
+        assert confirm.status_code == 200
+        assert 'name="name" value="approval"' in confirm.text
+        form = {
+            "csrf": _csrf(page),
+            "run": str(run.id),
+            "name": "approval",
+            "payload": '{"ok": true}',
+            "signal_id": "mail-1",
+        }
+        answer = await http.post("/actions/signal", data=form)
+        assert answer.status_code == 303, answer.text[:300]
+        assert answer.headers["location"] == f"/runs/{run.id}?notice=signalled"
+        after = (await http.get(answer.headers["location"])).text
+        assert "The signal was delivered" in after
+        assert '<td id="waiting">-</td>' in after
+        assert 'id="signal-form"' not in after
+        again = await http.post("/actions/signal", data={**form, "payload": "2"})
+        assert again.headers["location"] == f"/runs/{run.id}?notice=signalled_before"
+    [signal] = await client.runs.signals(run.id)
+    assert (signal.signal_id, signal.payload) == ("mail-1", {"ok": True})
+    assert (await client.runs.get(run.id)).waiting_until is None
+
+
+async def test_a_bad_signal_is_refused_with_a_clear_page_and_writes_nothing(
+    client: AgentRunsClient,
+) -> None:
+    run = await _waiting(client, "doc:b")
+    dead = await _dead(client)
+    async with _http(create_console(client)) as http:
+        token = _csrf((await http.get(f"/runs/{run.id}")).text)
+        base = {"csrf": token, "run": str(run.id), "name": "approval"}
+        cases = [
+            ({**base, "payload": "{not json"}, 400, "The payload is not JSON"),
+            ({**base, "payload": "[" * 2000 + "]" * 2000}, 400, "nests too deep"),
+            ({**base, "payload": "NaN"}, 400, ""),
+            ({**base, "name": " "}, 400, ""),
+            ({**base, "run": "not-a-uuid"}, 400, "not a run id"),
+            ({**base, "run": "00000000-0000-4000-8000-000000000000"}, 404, ""),
+            ({**base, "run": str(dead.id)}, 409, "ended"),
+            ({**base, "csrf": "forged-token-forged-token"}, 403, "stale"),
+        ]
+        for form, status, says in cases:
+            answer = await http.post("/actions/signal", data=form)
+            assert answer.status_code == status, (form["run"], answer.text[:300])
+            assert says in answer.text
+        huge = await http.post(
+            "/actions/signal", data={**base, "payload": '"' + "x" * 20_000 + '"'}
+        )
+        assert huge.status_code == 413
+        assert "too large" in huge.text
+    assert await client.runs.signals(run.id) == []
+    assert await client.runs.signals(dead.id) == []
+    assert (await client.runs.get(run.id)).waiting_for == "approval"
+
+
+async def test_the_overview_and_the_workspaces_show_the_waiting_runs(
+    client: AgentRunsClient,
+) -> None:
+    run = await _waiting(client, "doc:o")
+    async with _http(create_console(client)) as http:
+        overview = (await http.get("/live/overview")).text
+        workspaces = (await http.get("/workspaces?sort=waiting&desc=1")).text
+        listed = (await http.get("/runs?state=waiting")).text
+        runs_page = (await http.get("/runs")).text
+    assert '<span class="value" id="total-waiting"><a href="/runs?state=waiting">1</a>' in overview
+    assert f'<tr data-run="{run.id}">' in overview
+    assert "signal <code>approval</code>" in overview
+    assert "2026-03-01 14:00:00 UTC" in overview
+    assert (
+        '<td class="num" data-count="waiting"><a href="/runs?state=waiting&amp;workspace=acme">1'
+        in (workspaces)
+    )
+    assert str(run.id) in listed
+    assert "<option >waiting</option>" in runs_page or ">waiting</option>" in runs_page
+
+
+async def test_a_read_only_console_offers_no_signal_form(client: AgentRunsClient) -> None:
+    run = await _waiting(client, "doc:r")
+    async with _http(create_console(client, read_only=True)) as http:
+        page = (await http.get(f"/runs/{run.id}")).text
+        refused = await http.post(
+            "/actions/signal",
+            data={"csrf": "forged-token-forged-token", "run": str(run.id), "name": "approval"},
+        )
+    assert 'id="signal-form"' not in page
+    assert refused.status_code == 403
+    assert await client.runs.signals(run.id) == []

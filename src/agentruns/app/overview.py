@@ -16,6 +16,9 @@ the claim path. How each figure is derived (ADRs/0018):
 - *lost leases*: take-backs by the reaper (failure class ``lease_expired``) in the minute.
 - *queue wait*: ``claimed_at - due_at`` of the runs claimed within the window that are leased now
   or have ended (a requeue moves ``due_at``, so a queued run's last wait is gone).
+- *waiting*: queued runs that wait (:func:`agentruns.domain.waits.is_waiting`), counted, and the
+  few whose wait ends soonest. When a run began to wait is not kept (nothing records the park's
+  time), so what is shown is what it waits for and until when.
 """
 
 from __future__ import annotations
@@ -103,6 +106,19 @@ class ExpiringLease:
 
 
 @dataclass(frozen=True, slots=True)
+class WaitingRun:
+    """A run that waits: for the signal ``waiting_for`` (``None``: asleep) until
+    ``waiting_until``, when its wait times out (a sleep ends)."""
+
+    run_id: UUID
+    kind: str
+    workspace: str
+    subject: str
+    waiting_for: str | None
+    waiting_until: datetime
+
+
+@dataclass(frozen=True, slots=True)
 class Overview:
     """The runs table at ``now`` (the store's clock) and over the ``window`` before it."""
 
@@ -116,6 +132,9 @@ class Overview:
     expiring_total: int
     soon: timedelta
     expired_by_kind: tuple[ExpiredLeases, ...] = ()
+    # The runs that wait, soonest end first (the first few), and how many wait in all.
+    waiting: tuple[WaitingRun, ...] = ()
+    waiting_total: int = 0
 
     def orphaned(self, after: timedelta) -> tuple[ExpiredLeases, ...]:
         """Kinds whose oldest expired lease has waited longer than ``after`` for a reaper (as
@@ -170,6 +189,8 @@ class WorkspaceLoad:
     oldest_due_at: datetime | None
     active: bool = True
     hold: BudgetHold | None = None
+    # Of its queued runs, those that wait (for a signal, or asleep).
+    waiting: int = 0
 
     @property
     def queued_total(self) -> int:
@@ -195,6 +216,10 @@ class WorkspaceLoads:
     @property
     def leased(self) -> int:
         return sum(load.leased for load in self.loads)
+
+    @property
+    def waiting(self) -> int:
+        return sum(load.waiting for load in self.loads)
 
 
 def minute_of(moment: datetime) -> datetime:

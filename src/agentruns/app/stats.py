@@ -148,13 +148,20 @@ class RunStats(Protocol):
         ...
 
     async def overview(
-        self, tx: Transaction, *, window: timedelta, soon: timedelta, expiring: int = 20
+        self,
+        tx: Transaction,
+        *,
+        window: timedelta,
+        soon: timedelta,
+        expiring: int = 20,
+        waiting: int = 10,
     ) -> Overview:
         """Runs queued and leased now by band and kind, ended within ``window`` by band, kind
         and reason; per minute of the window, claims, completions, requeues, dead letters and
-        lost leases; queue wait p50/p95 by band over the window's claims; and the leases that
-        expire within ``soon`` (the first ``expiring`` of them, soonest first, and how many).
-        :mod:`agentruns.app.overview` says how each figure is derived."""
+        lost leases; queue wait p50/p95 by band over the window's claims; the leases that
+        expire within ``soon`` (the first ``expiring`` of them, soonest first, and how many);
+        and the runs that wait (the first ``waiting`` of them, soonest end first, and how
+        many). :mod:`agentruns.app.overview` says how each figure is derived."""
         ...
 
     async def held_leases(
@@ -170,6 +177,6 @@ class RunStats(Protocol):
         ...
 
     async def workspace_loads(self, tx: Transaction) -> WorkspaceLoads:
-        """Per workspace: queued runs by band, leased runs, the oldest due run's due time, the
-        active flag and the budget hold in force."""
+        """Per workspace: queued runs by band (and how many of them wait), leased runs, the
+        oldest due run's due time, the active flag and the budget hold in force."""
         ...

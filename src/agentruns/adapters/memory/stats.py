@@ -17,6 +17,7 @@ from agentruns.app.overview import (
     MinuteCounts,
     Overview,
     QueueWait,
+    WaitingRun,
     WorkspaceLoad,
     WorkspaceLoads,
     fill_minutes,
@@ -32,6 +33,7 @@ from agentruns.domain.holders import HeldLease, LeaseScan
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
+from agentruns.domain.waits import is_waiting
 
 
 class MemoryRunStats(RunStats):
@@ -119,7 +121,13 @@ class MemoryRunStats(RunStats):
         return dict(sorted(counted.items()))
 
     async def overview(
-        self, tx: Transaction, *, window: timedelta, soon: timedelta, expiring: int = 20
+        self,
+        tx: Transaction,
+        *,
+        window: timedelta,
+        soon: timedelta,
+        expiring: int = 20,
+        waiting: int = 10,
     ) -> Overview:
         everything = self._all(tx)
         now = self._clock.now()
@@ -178,6 +186,10 @@ class MemoryRunStats(RunStats):
             ),
             key=lambda run: (run.leased_until, run.seq),
         )
+        waits_now = sorted(
+            (run for run in everything if is_waiting(run)),
+            key=lambda run: (run.waiting_until, run.seq),
+        )
         return Overview(
             now=now,
             window=window,
@@ -228,6 +240,14 @@ class MemoryRunStats(RunStats):
             expiring_total=len(leases),
             soon=soon,
             expired_by_kind=_expired_by_kind(everything, now),
+            waiting=tuple(
+                WaitingRun(
+                    run.id, run.kind, run.workspace, run.subject, run.waiting_for, run.waiting_until
+                )
+                for run in waits_now[:waiting]
+                if run.waiting_until is not None
+            ),
+            waiting_total=len(waits_now),
         )
 
     async def workspace_loads(self, tx: Transaction) -> WorkspaceLoads:
@@ -237,8 +257,11 @@ class MemoryRunStats(RunStats):
         inactive = set(self._workspaces.inactive())
         queued: dict[str, list[int]] = {}
         leased: Counter[str] = Counter()
+        waiting: Counter[str] = Counter()
         oldest: dict[str, datetime] = {}
         for run in everything:
+            if is_waiting(run):
+                waiting[run.workspace] += 1
             if run.state is AgentRunState.QUEUED:
                 queued.setdefault(run.workspace, [0, 0, 0])[int(run.band)] += 1
                 if run.due_at <= now:
@@ -257,6 +280,7 @@ class MemoryRunStats(RunStats):
                     oldest_due_at=oldest.get(name),
                     active=name not in inactive,
                     hold=holds.get(name),
+                    waiting=waiting[name],
                 )
                 for name in names
             ),

@@ -21,6 +21,7 @@ from agentruns.app.overview import (
     MinuteCounts,
     Overview,
     QueueWait,
+    WaitingRun,
     WorkspaceLoad,
     WorkspaceLoads,
     fill_minutes,
@@ -141,6 +142,22 @@ WHERE state = 'leased' AND leased_until <= {NOW} + CAST(:soon AS interval)
 ORDER BY leased_until, seq LIMIT :limit
 """)
 
+# The runs that wait (ADRs/0025), counted per workspace and the soonest ends first. No index
+# names waiting_until, so both read the queued runs (ix_agent_run_queued_seq) and filter on the
+# heap: their cost grows with the queued runs, not only the waiting ones. A partial index
+# (waiting_until, seq) INCLUDE (workspace) WHERE state = 'queued' AND waiting_until IS NOT NULL
+# would make them index-only over the waiting runs; it needs a migration.
+WAITING_BY_WORKSPACE = statement("""
+SELECT workspace, count(*) AS runs FROM agent_run
+WHERE state = 'queued' AND waiting_until IS NOT NULL GROUP BY workspace
+""")
+
+WAITING_SOONEST = statement("""
+SELECT id, kind, workspace, subject, waiting_for, waiting_until FROM agent_run
+WHERE state = 'queued' AND waiting_until IS NOT NULL
+ORDER BY waiting_until, seq LIMIT :limit
+""")
+
 # The leases that may be quiet (the domain decides which are): renewed before a time, or held
 # by a holder not among the live ones. Leased runs are few (bounded by the workers' slots) and
 # read through their partial index.
@@ -228,7 +245,13 @@ class PostgresRunStats(RunStats):
         return int(rows[0]["runs"])
 
     async def overview(
-        self, tx: Transaction, *, window: timedelta, soon: timedelta, expiring: int = 20
+        self,
+        tx: Transaction,
+        *,
+        window: timedelta,
+        soon: timedelta,
+        expiring: int = 20,
+        waiting: int = 10,
     ) -> Overview:
         now: datetime = (await fetch(tx, NOW_SELECT, self._params()))[0]["now"]
         since = minutes_of(now, window)[0]
@@ -293,6 +316,20 @@ class PostgresRunStats(RunStats):
                 ExpiredLeases(row["kind"], int(row["leases"]), row["oldest"])
                 for row in await fetch(tx, EXPIRED_BY_KIND, self._params())
             ),
+            waiting=tuple(
+                WaitingRun(
+                    row["id"],
+                    row["kind"],
+                    row["workspace"],
+                    row["subject"],
+                    row["waiting_for"],
+                    row["waiting_until"],
+                )
+                for row in await fetch(tx, WAITING_SOONEST, {"limit": waiting})
+            ),
+            waiting_total=sum(
+                int(row["runs"]) for row in await fetch(tx, WAITING_BY_WORKSPACE, {})
+            ),
         )
 
     async def held_leases(
@@ -335,6 +372,9 @@ class PostgresRunStats(RunStats):
             for row in await fetch(tx, HOLDS, self._params())
         }
         inactive = {row["id"] for row in await fetch(tx, STATUS_INACTIVE, {})}
+        waiting = {
+            row["workspace"]: int(row["runs"]) for row in await fetch(tx, WAITING_BY_WORKSPACE, {})
+        }
         names = sorted(set(queued) | set(leased) | inactive | set(holds))
         return WorkspaceLoads(
             now=now,
@@ -346,6 +386,7 @@ class PostgresRunStats(RunStats):
                     oldest_due_at=oldest.get(name),
                     active=name not in inactive,
                     hold=holds.get(name),
+                    waiting=waiting.get(name, 0),
                 )
                 for name in names
             ),

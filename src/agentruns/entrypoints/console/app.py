@@ -14,13 +14,15 @@ makes a 500.
 ``GET  /runs/{id}``                       a run: epochs, events, failures, subject, links
 ``GET  /schedules``, ``/sandboxes``       schedules; live sandboxes (when there are any)
 ``GET  /confirm?action=...``              an action's confirmation, with its form
-``POST /actions/{action}``                the action (CSRF-checked), then back to its page
+``POST /actions/{action}``                the action (CSRF-checked), then back to its page;
+                                          ``signal`` is posted from a waiting run's page
 ``GET|POST /login``                       a browser gives the token once (a session cookie)
 ========================================  ===================================================
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping
@@ -61,6 +63,7 @@ from agentruns.domain.errors import (
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
+from agentruns.domain.waits import is_waiting
 from agentruns.entrypoints.console import views
 from agentruns.entrypoints.console.access import (
     CSRF_COOKIE,
@@ -79,10 +82,24 @@ EVENTS_PAGE = 200
 OTHER_RUNS = 20
 SANDBOXES_SHOWN = 500
 WORKSPACES_SHOWN = 500
-ACTIONS = ("cancel", "retry", "hold", "release", "deactivate", "activate", "pause", "resume")
+ACTIONS = (
+    "cancel",
+    "retry",
+    "signal",
+    "hold",
+    "release",
+    "deactivate",
+    "activate",
+    "pause",
+    "resume",
+)
 NOTICES = {
     "cancelled": "The run was cancelled: its holder's next renewal is refused.",
     "retried": "The dead letter continues as this run.",
+    "signalled": "The signal was delivered: a run waiting for it is due now, any other keeps it "
+    "for its wait.",
+    "signalled_before": "That signal id was delivered before: nothing was written, the first "
+    "delivery stands.",
     "held": "The workspace's budget is held: its runs are not offered until the hold ends.",
     "released": "The workspace's budget hold was lifted.",
     "deactivated": "The workspace is inactive: its runs are not offered.",
@@ -362,7 +379,8 @@ class _Console:
                 if page.next_cursor is None
                 else "?" + urlencode({**given, "cursor": page.next_cursor}),
                 "first": "?" + urlencode(given) if _text(query, "cursor") else None,
-                "states": [state.value for state in AgentRunState],
+                # "waiting" lists the queued runs that wait (ADRs/0025).
+                "states": [state.value for state in AgentRunState] + ["waiting"],
                 "reasons": [reason.value for reason in TerminationReason],
                 "band_names": [band.name.lower() for band in Band],
             },
@@ -403,6 +421,7 @@ class _Console:
                 "continued_by": continued_by,
                 "others": [other for other in others.runs if other.id != run.id][:OTHER_RUNS],
                 "cancellable": run.state is not AgentRunState.ENDED,
+                "waiting": is_waiting(run),
                 "retryable": _retryable(run) and continued_by is None,
                 "lease_left": None
                 if run.leased_until is None
@@ -476,6 +495,22 @@ class _Console:
                 later = await runs.retry(_require_run(target))
                 log.info("console: run retried", extra={"run_id": str(later.id)})
                 return _back(f"{base}/runs/{later.id}", "retried")
+            case "signal":
+                delivered = await runs.signal(
+                    _require_run(target),
+                    form.get("name", "").strip(),
+                    _json(form.get("payload", "")),
+                    signal_id=form.get("signal_id", "").strip() or None,
+                )
+                log.info(
+                    "console: signal delivered",
+                    extra={
+                        "run_id": str(delivered.signal.run_id),
+                        "first_delivery": delivered.created,
+                    },
+                )
+                notice = "signalled" if delivered.created else "signalled_before"
+                return _back(f"{base}/runs/{delivered.signal.run_id}", notice)
             case "hold":
                 until = _until(form.get("until", ""), await self._now())
                 await runs.hold_budget(
@@ -507,8 +542,9 @@ class _Console:
         """What an action acts on, checked before it is offered or done."""
         if action not in ACTIONS:
             raise Refused(400, f"Actions are {', '.join(ACTIONS)}.")
-        if action in ("cancel", "retry"):
+        if action in ("cancel", "retry", "signal"):
             run = await self._services.runs.get(_run_id(given.get("run", "")))
+            # A signal to an ended run is the use case's to refuse (a known id is answered).
             if action == "cancel" and run.state is AgentRunState.ENDED:
                 raise Refused(409, f"Run {run.id} has already ended ({run.end_reason}).")
             if action == "cancel":
@@ -671,6 +707,20 @@ def _until(text: str, now: datetime) -> datetime:
     if found <= now:
         raise Refused(400, "A hold ends in the future.")
     return found
+
+
+def _json(text: str) -> object:
+    """A signal's payload as typed in the form: JSON text, or nothing (``null``)."""
+    if not text.strip():
+        return None
+    try:
+        return json.loads(text)
+    except ValueError as error:
+        raise Refused(400, f"The payload is not JSON: {error}.") from None
+    except RecursionError:
+        raise Refused(
+            400, "The payload is not JSON the console reads: it nests too deep."
+        ) from None
 
 
 def _form(body: bytes) -> dict[str, str]:

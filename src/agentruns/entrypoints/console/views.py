@@ -241,6 +241,7 @@ SORTS: dict[str, _SortKey] = {
     "batch": lambda load, shares: load.queued[1],
     "background": lambda load, shares: load.queued[2],
     "leased": lambda load, shares: load.leased,
+    "waiting": lambda load, shares: load.waiting,
     "oldest": lambda load, shares: load.workspace,
     "share": lambda load, shares: shares[load.workspace].leased - shares[load.workspace].queued,
 }
