@@ -120,6 +120,31 @@ async def test_every_page_renders(client: AgentRunsClient) -> None:
     assert "more characters not shown" in run_page  # the 6,000-character note is cut
 
 
+async def _answers(run: agentruns.AgentRun) -> AsyncIterator[StepEvent]:
+    yield agentruns.RunResult({"verdict": "approve", "api_key": PROVIDER_KEY})
+
+
+async def test_a_run_page_shows_the_result_its_run_ended_with_redacted(
+    client: AgentRunsClient,
+) -> None:
+    done = (await client.runs.list_runs(reason="completed")).runs[0]
+    async with _http(create_console(client)) as http:
+        plain = (await http.get(f"/runs/{done.id}")).text
+    assert 'id="result"' not in plain  # no result, no section
+    kinds = agentruns.RunKinds(
+        [agentruns.RunKind(agentruns.RunKindPolicy(name="answers"), _answers)]
+    )
+    clock = ManualClock(START)
+    async with agentruns.connect(kinds=kinds, family=MemoryFamily(clock), clock=clock) as other:
+        run = await other.runs.enqueue("answers", workspace="acme", subject="a:1")
+        await other.worker(holder="w3").claim_and_drive(limit=1)
+        async with _http(create_console(other)) as http:
+            page = (await http.get(f"/runs/{run.id}")).text
+    assert 'id="result"' in page
+    assert "approve" in page
+    assert PROVIDER_KEY not in page
+
+
 async def test_a_run_page_redacts_its_event_and_payload_by_the_failures_rule(
     client: AgentRunsClient,
 ) -> None:

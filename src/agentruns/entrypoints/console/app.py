@@ -410,6 +410,7 @@ class _Console:
                 "run": run,
                 "now": now,
                 "payload": views.capped_json(run.payload),
+                "result": None if run.result is None else views.capped_json(run.result),
                 "events": [(event, views.capped_json(event.data)) for event in shown],
                 "events_after": after,
                 "more_events": shown[-1].seq if len(events) > EVENTS_PAGE else None,
