@@ -46,8 +46,10 @@ MAX_BODY_BYTES = 16 * 1024
 MIN_TOKEN_CHARS = 16
 CSRF_COOKIE = "agentruns_csrf"
 SESSION_COOKIE = "agentruns_session"
-# Paths (under the console's root) served to anyone: the login page and the static files.
-_OPEN = ("/login", "/static/")
+# Paths under the console's root served to anyone.
+# Open without the credential: the login itself, static files, and the approval pages, whose
+# signed link is their credential (ADRs/0027).
+_OPEN = ("/login", "/static/", "/approve/")
 
 
 @dataclass(frozen=True, slots=True)
