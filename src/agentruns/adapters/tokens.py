@@ -1,4 +1,8 @@
-"""Sandbox tokens as signed JWTs (HS256) with rotating keys.
+"""Sandbox tokens and approval links as signed JWTs (HS256) with rotating keys.
+
+Both are signed with the same keys for different audiences (``agentruns-gateway``,
+``agentruns-approval``), so neither is ever taken for the other (ADRs/0027). An approval link
+names its run (``sub``), the signal its wait asks for (``sig``) and the link's id (``lid``).
 
 A token names its sandbox (``sid``), workspace (``ws``) and subject (``sub``) and expires
 (``exp``) at the sandbox's shutdown, never after the end of life (``not_after``) of the key that
