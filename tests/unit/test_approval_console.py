@@ -58,6 +58,9 @@ async def test_the_console_serves_a_link_without_its_login(client: AgentRunsClie
         assert shown.status_code == 200
         assert "invoice:9" in shown.text
         token = path.removeprefix("/ops/approve/")
+        # The longest comment, in a script of three bytes a character, passes the console's gate.
+        long = {"token": token, "decision": "approve", "comment": "\u8a31" * 4001}
+        assert (await http.post(path, data=long)).status_code == 400
         form = {"token": token, "decision": "approve", "comment": "ok"}
         answered = await http.post(path, data=form)
         assert answered.status_code == 200

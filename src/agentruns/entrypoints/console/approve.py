@@ -38,7 +38,8 @@ if TYPE_CHECKING:
 
 log = logging.getLogger("agentruns.approvals")
 
-# A form with the longest comment, percent-encoded, fits well within this.
+# A form with the longest comment, percent-encoded, fits well within this (the console's gate
+# lets this much through to these pages: APPROVE_MAX_BODY).
 MAX_BODY_BYTES = 64 * 1024
 MAX_TOKEN_CHARS = 4096
 
