@@ -155,6 +155,7 @@ async def test_an_ended_run_takes_no_answer_and_links_are_refused(
         await approvals.link(run.id, "other", base_url=BASE)
     await runs.cancel(run.id)
     assert (await runs.get(run.id)).state is AgentRunState.ENDED
+    assert (await http.get(path(url))).status_code == 409  # no form for an ended run
     ended = await http.post(path(url), data={"token": token_of(url), "decision": "approve"})
     assert ended.status_code == 409
     assert "ended" in ended.text

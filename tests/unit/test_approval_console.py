@@ -82,3 +82,23 @@ async def test_no_keys_no_links() -> None:
         transport = httpx.ASGITransport(app=console)
         async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
             assert (await http.get("/approve/x")).status_code == 404
+
+
+async def test_the_gateway_serves_links_when_given_approvals(client: AgentRunsClient) -> None:
+    """Mounted in the gateway, the pages need no sandbox token; its API still does."""
+    GOT.clear()
+    run = await client.runs.enqueue("approve", workspace="acme", subject="invoice:10")
+    worker = client.worker(holder="w")
+    await worker.drive((await client.runs.claim("w"))[0])
+    url = await client.approval_link(run.id, "approval", base_url="http://gw/approve")
+    gateway = agentruns.create_gateway(client.sandboxes, client.runs, approvals=client.approvals)
+    transport = httpx.ASGITransport(app=gateway)
+    async with httpx.AsyncClient(transport=transport, base_url="http://gw") as http:
+        assert (await http.get("/internal/agent/sandbox")).status_code == 401
+        path = urlsplit(url).path
+        assert (await http.get(path)).status_code == 200
+        form = {"token": path.removeprefix("/approve/"), "decision": "reject"}
+        assert (await http.post(path, data=form)).status_code == 200
+        assert (await http.post(path, data=form)).status_code == 409
+    await worker.drive((await client.runs.claim("w"))[0])
+    assert GOT == [{"approved": False, "comment": None}]

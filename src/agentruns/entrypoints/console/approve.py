@@ -32,6 +32,7 @@ from agentruns.domain.errors import (
     StoreUnavailable,
 )
 from agentruns.domain.payload import JsonValue
+from agentruns.domain.states import AgentRunState
 
 if TYPE_CHECKING:
     from agentruns.entrypoints.connect import AgentRunsClient
@@ -161,6 +162,8 @@ def routes(approvals: AgentApprovals) -> list[Route]:
         seen = await approvals.view(token)
         if seen.used:
             return _used(seen.answer)
+        if seen.run.state is AgentRunState.ENDED:
+            raise RunAlreadyEnded(f"run {seen.run.id} has ended")
         context = {"run": seen.run, "link": seen.link, "token": token, "max_comment": MAX_COMMENT}
         return _page("approve.html", context)
 
