@@ -65,6 +65,10 @@ _HOMES: dict[str, str] = {
     # Durable waits (ADRs/0025)
     "Signal": "agentruns.domain.waits",
     "Delivered": "agentruns.domain.waits",
+    # Signed approval links for a wait (ADRs/0027)
+    "AgentApprovals": "agentruns.app.approvals",
+    "ApprovalLink": "agentruns.app.approval_ports",
+    "create_approvals": "agentruns.entrypoints.console.approve",
     "Worker": "agentruns.app.worker",
     "WorkerStats": "agentruns.app.worker",
     "AgentRunReaper": "agentruns.app.reaper",
@@ -165,6 +169,8 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
     from agentruns.adapters.tokens import (
         SigningKey as SigningKey,
     )
+    from agentruns.app.approval_ports import ApprovalLink as ApprovalLink
+    from agentruns.app.approvals import AgentApprovals as AgentApprovals
     from agentruns.app.kinds import (
         AgentRunHandler as AgentRunHandler,
         NoDomainRow as NoDomainRow,
@@ -305,6 +311,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
     from agentruns.entrypoints.console.access import (
         ConsoleAccess as ConsoleAccess,
     )
+    from agentruns.entrypoints.console.approve import create_approvals as create_approvals
     from agentruns.entrypoints.container import (
         SandboxHosting as SandboxHosting,
     )

@@ -1,4 +1,8 @@
-"""Sandbox tokens as signed JWTs (HS256) with rotating keys.
+"""Sandbox tokens and approval links as signed JWTs (HS256) with rotating keys.
+
+Both are signed with the same keys for different audiences (``agentruns-gateway``,
+``agentruns-approval``), so neither is ever taken for the other (ADRs/0027). An approval link
+names its run (``sub``), the signal its wait asks for (``sig``) and the link's id (``lid``).
 
 A token names its sandbox (``sid``), workspace (``ws``) and subject (``sub``) and expires
 (``exp``) at the sandbox's shutdown, never after the end of life (``not_after``) of the key that
@@ -22,16 +26,21 @@ from uuid import UUID
 
 import jwt
 
+from agentruns.app.approval_ports import ApprovalLink, ApprovalTokens
 from agentruns.app.ports import Clock
 from agentruns.app.sandbox_ports import SandboxIdentity, SandboxTokens
-from agentruns.domain.errors import InvalidToken, SandboxError
+from agentruns.domain.errors import InvalidRequest, InvalidToken, SandboxError
 from agentruns.domain.sandbox import AgentSandbox
 
 ALGORITHM = "HS256"
 ISSUER = "agentruns"
 AUDIENCE = "agentruns-gateway"
+# An approval link is signed with the same keys for another audience: a sandbox's token is never
+# an approval link, and an approval link never a sandbox's token (ADRs/0027).
+APPROVAL_AUDIENCE = "agentruns-approval"
 MIN_SECRET_BYTES = 32
 _REQUIRED = ["exp", "iat", "iss", "aud", "sub", "sid", "ws"]
+_APPROVAL_REQUIRED = ["exp", "iat", "iss", "aud", "sub", "sig", "lid"]
 # The latest time a claim may name: 9999-12-31T23:59:59Z, the last second a datetime holds.
 _LATEST = 253402300799
 
@@ -102,39 +111,111 @@ class JwtSandboxTokens(SandboxTokens):
         return jwt.encode(claims, key.secret, algorithm=ALGORITHM, headers={"kid": key.kid})
 
     def verify(self, token: str | None) -> SandboxIdentity:
-        if not token:
-            raise InvalidToken("no token")
-        try:
-            header = jwt.get_unverified_header(token)
-        except jwt.PyJWTError as exc:
-            raise InvalidToken("malformed token") from exc
-        if header.get("alg") != ALGORITHM:
-            raise InvalidToken("wrong algorithm")
-        kid = header.get("kid")
-        key = self._keys.get(kid) if isinstance(kid, str) else None
         now = self._clock.now()
-        if key is None:
-            raise InvalidToken("unknown key")
-        if not key.alive(now):
-            raise InvalidToken("expired key")
+        return _identity(_decode(self._keys, now, token, AUDIENCE, _REQUIRED), now)
+
+
+class JwtApprovalTokens(ApprovalTokens):
+    """Approval links as HS256 JWTs over the gateway's keys, for their own audience: the run
+    (``sub``), the signal's name (``sig``), the link's id (``lid``) and its end (``exp``)."""
+
+    def __init__(self, keys: Iterable[SigningKey], clock: Clock) -> None:
+        self._keys: dict[str, SigningKey] = {}
+        for key in keys:
+            if key.kid in self._keys:
+                raise ValueError(f"signing key {key.kid!r} is given twice")
+            self._keys[key.kid] = key
+        if not self._keys:
+            raise ValueError("approval links need at least one signing key")
+        self._clock = clock
+
+    def _signing_key(self) -> SigningKey:
+        now = self._clock.now()
+        live = [key for key in self._keys.values() if key.alive(now)]
+        if not live:
+            raise InvalidRequest("no signing key is alive: no approval link can be signed")
+        return max(live, key=lambda key: (key.not_before, key.not_after))
+
+    def signable_until(self) -> datetime:
+        return self._signing_key().not_after
+
+    def issue(self, link: ApprovalLink) -> str:
+        key = self._signing_key()
+        now = self._clock.now()
+        expires_at = min(link.expires_at, key.not_after)
+        if expires_at <= now:
+            raise InvalidRequest("an approval link must end after now")
+        claims: dict[str, Any] = {
+            "iss": ISSUER,
+            "aud": APPROVAL_AUDIENCE,
+            "sub": str(link.run_id),
+            "sig": link.name,
+            "lid": link.link_id,
+            "iat": int(now.timestamp()),
+            # Whole seconds, rounded down: a link never outlives its wait.
+            "exp": int(expires_at.timestamp()),
+        }
+        return jwt.encode(claims, key.secret, algorithm=ALGORITHM, headers={"kid": key.kid})
+
+    def verify(self, token: str | None) -> ApprovalLink:
+        now = self._clock.now()
+        claims = _decode(self._keys, now, token, APPROVAL_AUDIENCE, _APPROVAL_REQUIRED)
+        run, name, link_id = claims["sub"], claims["sig"], claims["lid"]
+        if not all(isinstance(v, str) and v for v in (run, name, link_id)):
+            raise InvalidToken("bad token")
+        expires_at = _seconds(claims["exp"])
+        if expires_at <= now:
+            raise InvalidToken("expired token")
+        if "nbf" in claims and _seconds(claims["nbf"]) > now:
+            raise InvalidToken("token not valid yet")
         try:
-            claims = jwt.decode(
-                token,
-                key.secret,
-                algorithms=[ALGORITHM],
-                audience=AUDIENCE,
-                issuer=ISSUER,
-                # Times are checked below on the injected clock; the signature is checked here.
-                options={
-                    "require": _REQUIRED,
-                    "verify_exp": False,
-                    "verify_iat": False,
-                    "verify_nbf": False,
-                },
-            )
-        except jwt.PyJWTError as exc:
+            run_id = UUID(run)
+        except ValueError as exc:
             raise InvalidToken("bad token") from exc
-        return _identity(claims, now)
+        return ApprovalLink(run_id, name, link_id, expires_at)
+
+
+def _decode(
+    keys: dict[str, SigningKey],
+    now: datetime,
+    token: str | None,
+    audience: str,
+    required: list[str],
+) -> dict[str, Any]:
+    """The claims of ``token`` once its header, key, signature, issuer and audience hold (its
+    times are the caller's to check, on the injected clock); else InvalidToken."""
+    if not token:
+        raise InvalidToken("no token")
+    try:
+        header = jwt.get_unverified_header(token)
+    except jwt.PyJWTError as exc:
+        raise InvalidToken("malformed token") from exc
+    if header.get("alg") != ALGORITHM:
+        raise InvalidToken("wrong algorithm")
+    kid = header.get("kid")
+    key = keys.get(kid) if isinstance(kid, str) else None
+    if key is None:
+        raise InvalidToken("unknown key")
+    if not key.alive(now):
+        raise InvalidToken("expired key")
+    try:
+        claims: dict[str, Any] = jwt.decode(
+            token,
+            key.secret,
+            algorithms=[ALGORITHM],
+            audience=audience,
+            issuer=ISSUER,
+            # Times are checked by the caller on the injected clock; the signature is checked here.
+            options={
+                "require": required,
+                "verify_exp": False,
+                "verify_iat": False,
+                "verify_nbf": False,
+            },
+        )
+    except jwt.PyJWTError as exc:
+        raise InvalidToken("bad token") from exc
+    return claims
 
 
 def _seconds(value: object) -> datetime:

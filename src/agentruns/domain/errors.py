@@ -176,7 +176,8 @@ class SandboxNotLive(SandboxError):
 
 
 class InvalidToken(SandboxError):
-    """A sandbox token that is missing, forged, expired or revoked."""
+    """A sandbox token or an approval link (ADRs/0027) that is missing, forged, expired or
+    revoked."""
 
 
 class StoreUnavailable(AgentRunsError):

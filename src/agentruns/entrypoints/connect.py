@@ -19,11 +19,14 @@ import logging
 import random
 from collections.abc import Generator, Iterable, Sequence
 from dataclasses import dataclass, field
+from datetime import datetime
 from pathlib import Path
 from types import TracebackType
 from typing import TYPE_CHECKING, Self
+from uuid import UUID
 
 from agentruns.adapters.embedded import EmbeddedPostgres
+from agentruns.app.approvals import AgentApprovals
 from agentruns.app.family import AdapterFamily
 from agentruns.app.kinds import RunKind, RunKinds
 from agentruns.app.ports import Clock
@@ -143,6 +146,29 @@ class AgentRunsClient:
         self._require_sandboxes()
         reaper: AgentSandboxReaper = self._container.sandbox_reaper()
         return reaper
+
+    @property
+    def signs_approvals(self) -> bool:
+        """Whether this client has signing keys for approval links (a sandbox hosting)."""
+        return bool(self._container.sandbox_kinds())
+
+    @property
+    def approvals(self) -> AgentApprovals:
+        """Signed approval links over the hosting's keys (ADRs/0027): made here, answered by
+        the console's ``/approve`` pages or :func:`~agentruns.create_approvals`."""
+        if not self.signs_approvals:
+            raise StoreUnavailable(
+                "no signing keys for approval links: pass sandboxes=SandboxHosting(...) to connect"
+            )
+        approvals: AgentApprovals = self._container.approvals()
+        return approvals
+
+    async def approval_link(
+        self, run_id: UUID, name: str, *, base_url: str, expires_at: datetime | None = None
+    ) -> str:
+        """A single-use URL under ``base_url`` that approves or rejects the run's wait for the
+        signal ``name`` (see :meth:`AgentApprovals.link`)."""
+        return await self.approvals.link(run_id, name, base_url=base_url, expires_at=expires_at)
 
     def _require_sandboxes(self) -> None:
         if not self._container.sandbox_kinds():

@@ -32,6 +32,8 @@ from agentruns.adapters import embedded
 from agentruns.adapters.clock import SystemClock
 from agentruns.adapters.embedded import EmbeddedPostgres, EmbeddedStatus
 from agentruns.adapters.memory import MemoryFamily
+from agentruns.app.approval_ports import ApprovalTokens
+from agentruns.app.approvals import AgentApprovals
 from agentruns.app.family import AdapterFamily
 from agentruns.app.holders import AgentHolders, HolderHeartbeat
 from agentruns.app.kinds import RunKinds
@@ -259,6 +261,9 @@ class AgentRunsContainer(containers.DeclarativeContainer):
         kinds=sandbox_kinds,
         gateway_url=gateway_url,
     )
+    # Approval links (ADRs/0027) are signed with the hosting's keys, for their own audience.
+    approval_tokens: providers.Dependency[ApprovalTokens] = providers.Dependency()
+    approvals = providers.Singleton(AgentApprovals, runs=runs, tokens=approval_tokens)
     sandbox_reaper = providers.Singleton(
         AgentSandboxReaper,
         scope=stores.provided.scope,
@@ -540,12 +545,15 @@ def use_sandboxes(
     Without ``gateway_url`` the container serves and reaps sandboxes but creates none:
     ``AgentSandboxes.ensure`` refuses when it has no URL to hand a new sandbox.
     """
-    from agentruns.adapters.tokens import JwtSandboxTokens
+    from agentruns.adapters.tokens import JwtApprovalTokens, JwtSandboxTokens
 
     container.sandbox_kinds.override(providers.Object(hosting.kinds))
     container.sandbox_claims.override(providers.Object(hosting.claims))
     container.sandbox_tokens.override(
         providers.Singleton(JwtSandboxTokens, list(hosting.keys), container.clock)
+    )
+    container.approval_tokens.override(
+        providers.Singleton(JwtApprovalTokens, list(hosting.keys), container.clock)
     )
     container.gateway_url.override(providers.Object(gateway_url))
 

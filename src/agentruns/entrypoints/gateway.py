@@ -46,6 +46,7 @@ from starlette.datastructures import Headers
 from starlette.exceptions import HTTPException
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from agentruns.app.approvals import AgentApprovals
 from agentruns.app.runs import AgentRuns
 from agentruns.app.sandboxes import AgentSandboxes
 from agentruns.domain.errors import (
@@ -259,9 +260,14 @@ def create_gateway(
     *,
     max_body: int = MAX_BODY_BYTES,
     body_timeout: timedelta | None = BODY_TIMEOUT,
+    approvals: AgentApprovals | None = None,
 ) -> FastAPI:
     """The gateway app over the host's use cases (serve it on the gateway port only). A body
-    not received within ``body_timeout`` is answered 408 (``None`` or zero: no bound)."""
+    not received within ``body_timeout`` is answered 408 (``None`` or zero: no bound).
+
+    With ``approvals`` (``client.approvals``; the pages need the ``console`` extra's Jinja2),
+    the gateway also serves signed approval links under ``/approve`` (ADRs/0027): no sandbox
+    token there, the link is the credential."""
     seconds = body_timeout.total_seconds() if body_timeout else None
     app = FastAPI(
         title="agentruns sandbox gateway", openapi_url=None, docs_url=None, redoc_url=None
@@ -299,6 +305,10 @@ def create_gateway(
         return RunOut.of(ended)
 
     app.include_router(router)
+    if approvals is not None:
+        from agentruns.entrypoints.console.approve import approvals_app
+
+        app.mount("/approve", approvals_app(approvals))
 
     def answer(status: int) -> Callable[[Request, Exception], Awaitable[JSONResponse]]:
         async def handler(request: Request, exc: Exception) -> JSONResponse:

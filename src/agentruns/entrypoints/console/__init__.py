@@ -80,6 +80,7 @@ def create_console(
             client.family.stats,
             renewal=client.settings.lease_renewal,
         ),
+        approvals=client.approvals if client.signs_approvals else None,
     )
     app = build(services, read_only=read_only, access=access, throttle=LoginThrottle())
     return Gate(app, access, max_body=MAX_BODY_BYTES, hosts=hosts)

@@ -46,8 +46,14 @@ MAX_BODY_BYTES = 16 * 1024
 MIN_TOKEN_CHARS = 16
 CSRF_COOKIE = "agentruns_csrf"
 SESSION_COOKIE = "agentruns_session"
-# Paths (under the console's root) served to anyone: the login page and the static files.
-_OPEN = ("/login", "/static/")
+# Paths under the console's root served to anyone.
+# Open without the credential: the login itself, static files, and the approval pages, whose
+# signed link is their credential (ADRs/0027).
+_APPROVE = "/approve/"
+_OPEN = ("/login", "/static/", _APPROVE)
+# An approval's form may carry a comment of 4,000 characters of any script, percent-encoded
+# (up to 36 KB): its pages take up to this, and check the comment themselves.
+APPROVE_MAX_BODY = 64 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -289,8 +295,11 @@ class Gate:
         ):
             await _unauthorized(access, root, headers)(scope, receive, send)
             return
+        limit = (
+            max(self._max_body, APPROVE_MAX_BODY) if own.startswith(_APPROVE) else self._max_body
+        )
         declared = headers.get("content-length", "0")
-        if not declared.isdigit() or int(declared) > self._max_body:
+        if not declared.isdigit() or int(declared) > limit:
             status = 413 if declared.isdigit() else 400
             await PlainTextResponse(_PHRASE[status], status_code=status)(scope, receive, send)
             return
@@ -302,7 +311,7 @@ class Gate:
                 return
             body += message.get("body", b"")
             more = message.get("more_body", False)
-            if len(body) > self._max_body:
+            if len(body) > limit:
                 await PlainTextResponse(_PHRASE[413], status_code=413)(scope, receive, send)
                 return
         await self._app(scope, _replay(bytes(body), receive), send)

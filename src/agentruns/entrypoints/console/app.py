@@ -17,6 +17,7 @@ makes a 500.
 ``POST /actions/{action}``                the action (CSRF-checked), then back to its page;
                                           ``signal`` is posted from a waiting run's page
 ``GET|POST /login``                       a browser gives the token once (a session cookie)
+``GET|POST /approve/{token}``             a signed approval link's page (no login; ADRs/0027)
 ========================================  ===================================================
 """
 
@@ -40,6 +41,7 @@ from starlette.responses import HTMLResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
+from agentruns.app.approvals import AgentApprovals
 from agentruns.app.holders import AgentHolders
 from agentruns.app.overview import Overview
 from agentruns.app.ports import BudgetHold, TransactionScope
@@ -74,6 +76,7 @@ from agentruns.entrypoints.console.access import (
     origin_holds,
     session_of,
 )
+from agentruns.entrypoints.console.approve import approvals_app
 
 log = logging.getLogger("agentruns.console")
 
@@ -133,6 +136,9 @@ class ConsoleServices:
     window: timedelta = timedelta(minutes=30)
     # Who holds what (live and gone holders, quiet leases, kinds nobody claims); None: not shown.
     holders: AgentHolders | None = None
+    # Signed approval links' pages under /approve (no login: the link is the credential); None
+    # when the client has no signing keys.
+    approvals: AgentApprovals | None = None
 
 
 _ENVIRONMENT = Environment(
@@ -170,6 +176,11 @@ def build(
         Route("/confirm", console.page(console.confirm)),
         Route("/actions/{action}", console.page(console.act), methods=["POST"]),
         Route("/login", console.page(console.login), methods=["GET", "POST"]),
+        *(
+            []
+            if services.approvals is None
+            else [Mount("/approve", app=approvals_app(services.approvals))]
+        ),
         Mount(
             "/static",
             app=StaticFiles(packages=[("agentruns.entrypoints.console", "static")]),
