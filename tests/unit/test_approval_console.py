@@ -84,6 +84,32 @@ async def test_no_keys_no_links() -> None:
             assert (await http.get("/approve/x")).status_code == 404
 
 
+async def test_approval_keys_alone_sign_links_without_a_sandbox_hosting() -> None:
+    """A host that runs no sandboxes passes its keys to connect; the link it makes is answered
+    by the console's pages and wakes the run."""
+    GOT.clear()
+    clock = ManualClock(START)
+    key = agentruns.SigningKey("mail", b"m" * 32, not_after=START + timedelta(days=1))
+    async with agentruns.connect(
+        kinds=agentruns.RunKinds([KIND]),
+        family=MemoryFamily(clock),
+        clock=clock,
+        approval_keys=[key],
+    ) as client:
+        assert client.signs_approvals
+        run = await client.runs.enqueue("approve", workspace="acme", subject="invoice:10")
+        worker = client.worker(holder="w")
+        await worker.drive((await client.runs.claim("w"))[0])
+        url = await client.approval_link(run.id, "approval", base_url="http://localhost/approve")
+        transport = httpx.ASGITransport(app=create_console(client))
+        async with httpx.AsyncClient(transport=transport, base_url="http://localhost") as http:
+            path = urlsplit(url).path
+            form = {"token": path.removeprefix("/approve/"), "decision": "reject", "comment": ""}
+            assert (await http.post(path, data=form)).status_code == 200
+        await worker.drive((await client.runs.claim("w"))[0])
+    assert GOT == [{"approved": False, "comment": None}]
+
+
 async def test_the_gateway_serves_links_when_given_approvals(client: AgentRunsClient) -> None:
     """Mounted in the gateway, the pages need no sandbox token; its API still does."""
     GOT.clear()

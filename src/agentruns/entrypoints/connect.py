@@ -45,6 +45,7 @@ from agentruns.entrypoints.settings import AgentRunsSettings
 
 if TYPE_CHECKING:
     from agentruns.adapters.postgres.connections import ConnectionOptions
+    from agentruns.adapters.tokens import SigningKey
 
 DEFAULT_DATA_DIR = Path(".agentruns/pgdata")
 
@@ -149,8 +150,9 @@ class AgentRunsClient:
 
     @property
     def signs_approvals(self) -> bool:
-        """Whether this client has signing keys for approval links (a sandbox hosting)."""
-        return bool(self._container.sandbox_kinds())
+        """Whether this client has signing keys for approval links (``approval_keys``, or a
+        sandbox hosting's)."""
+        return bool(self._container.signs_approvals())
 
     @property
     def approvals(self) -> AgentApprovals:
@@ -158,7 +160,8 @@ class AgentRunsClient:
         the console's ``/approve`` pages or :func:`~agentruns.create_approvals`."""
         if not self.signs_approvals:
             raise StoreUnavailable(
-                "no signing keys for approval links: pass sandboxes=SandboxHosting(...) to connect"
+                "no signing keys for approval links: pass approval_keys=[SigningKey(...)] "
+                "(or sandboxes=SandboxHosting(...)) to connect"
             )
         approvals: AgentApprovals = self._container.approvals()
         return approvals
@@ -214,6 +217,7 @@ class Connecting:
     sandboxes: SandboxHosting | None
     gateway_url: str
     application_name: str = "agentruns"
+    approval_keys: Sequence[SigningKey] = ()
     _client: AgentRunsClient | None = field(default=None, init=False)
 
     def __await__(self) -> Generator[object, None, AgentRunsClient]:
@@ -287,6 +291,7 @@ class Connecting:
             rng=self.rng,
             sandboxes=self.sandboxes,
             gateway_url=self.gateway_url,
+            approval_keys=self.approval_keys,
         )
         return AgentRunsClient(built, url=url, server=server)
 
@@ -310,6 +315,7 @@ def connect(
     sandboxes: SandboxHosting | None = None,
     gateway_url: str = "",
     application_name: str = "agentruns",
+    approval_keys: Sequence[SigningKey] = (),
 ) -> Connecting:
     """agentruns on the PostgreSQL at ``url``, ready to use once awaited or entered.
 
@@ -327,6 +333,8 @@ def connect(
     - ``family``: an adapter family to use instead of PostgreSQL (for instance
       ``MemoryFamily(clock)``); then no URL.
     - ``sandboxes`` and ``gateway_url``: the host's sandbox kinds, keys and claims adapter.
+    - ``approval_keys``: the keys approval links are signed with (ADRs/0027), for a host
+      without sandboxes; with a sandbox hosting and none given, its keys sign them.
     - ``application_name``: what the client's connections are called in ``pg_stat_activity``
       (cut to 63 bytes), so an operator sees which process holds them.
 
@@ -346,4 +354,5 @@ def connect(
         sandboxes=sandboxes,
         gateway_url=gateway_url,
         application_name=application_name,
+        approval_keys=tuple(approval_keys),
     )

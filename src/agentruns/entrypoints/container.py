@@ -264,6 +264,7 @@ class AgentRunsContainer(containers.DeclarativeContainer):
     # Approval links (ADRs/0027) are signed with the hosting's keys, for their own audience.
     approval_tokens: providers.Dependency[ApprovalTokens] = providers.Dependency()
     approvals = providers.Singleton(AgentApprovals, runs=runs, tokens=approval_tokens)
+    signs_approvals = providers.Object(False)
     sandbox_reaper = providers.Singleton(
         AgentSandboxReaper,
         scope=stores.provided.scope,
@@ -283,9 +284,12 @@ def compose(
     rng: RandomSource | None = None,
     sandboxes: SandboxHosting | None = None,
     gateway_url: str = "",
+    approval_keys: Sequence[SigningKey] = (),
 ) -> AgentRunsContainer:
     """A container over ``family`` (else the settings' profile), with these kinds, settings,
     clock and randomness in place of the defaults (the system clock, a fresh ``Random``).
+    Approval links (ADRs/0027) are signed with ``approval_keys``, else with the sandbox
+    hosting's keys.
 
     The clock given here is what the memory family reads and what sandbox tokens are checked
     on; a PostgreSQL family reads the clock it was built with (the database's unless pinned).
@@ -303,6 +307,8 @@ def compose(
         built.family.override(providers.Object(family))
     if sandboxes is not None:
         use_sandboxes(built, sandboxes, gateway_url=gateway_url)
+    if approval_keys:
+        use_approval_keys(built, approval_keys)
     return built
 
 
@@ -545,17 +551,27 @@ def use_sandboxes(
     Without ``gateway_url`` the container serves and reaps sandboxes but creates none:
     ``AgentSandboxes.ensure`` refuses when it has no URL to hand a new sandbox.
     """
-    from agentruns.adapters.tokens import JwtApprovalTokens, JwtSandboxTokens
+    from agentruns.adapters.tokens import JwtSandboxTokens
 
     container.sandbox_kinds.override(providers.Object(hosting.kinds))
     container.sandbox_claims.override(providers.Object(hosting.claims))
     container.sandbox_tokens.override(
         providers.Singleton(JwtSandboxTokens, list(hosting.keys), container.clock)
     )
-    container.approval_tokens.override(
-        providers.Singleton(JwtApprovalTokens, list(hosting.keys), container.clock)
-    )
+    use_approval_keys(container, hosting.keys)
     container.gateway_url.override(providers.Object(gateway_url))
+
+
+def use_approval_keys(container: AgentRunsContainer, keys: Sequence[SigningKey]) -> None:
+    """Sign and check approval links (ADRs/0027) with ``keys``, on the container's clock."""
+    from agentruns.adapters.tokens import JwtApprovalTokens
+
+    if not keys:
+        raise ValueError("approval links need at least one signing key")
+    container.approval_tokens.override(
+        providers.Singleton(JwtApprovalTokens, list(keys), container.clock)
+    )
+    container.signs_approvals.override(providers.Object(True))
 
 
 async def serve_gateway(

@@ -32,10 +32,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import TracebackType
-from typing import Protocol, Self
+from typing import TYPE_CHECKING, Protocol, Self
 
 from agentruns.adapters.clock import ManualClock
 from agentruns.adapters.memory import MemoryFamily
+from agentruns.app.approvals import AgentApprovals
 from agentruns.app.family import AdapterFamily
 from agentruns.app.kinds import RunKind, RunKinds
 from agentruns.app.ports import Stores
@@ -50,6 +51,9 @@ from agentruns.domain.schedule import Schedule
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import RunOutcome
 from agentruns.entrypoints.container import AgentRunsContainer, compose
+
+if TYPE_CHECKING:
+    from agentruns.adapters.tokens import SigningKey
 
 
 @dataclass
@@ -85,6 +89,15 @@ class AgentRunsHarness:
         self.schedules: AgentSchedules = container.schedules()
         self.scheduler: AgentScheduler = container.scheduler()
         self._synced = False
+
+    @property
+    def approvals(self) -> AgentApprovals:
+        """Approval links over the harness's ``approval_keys`` (ADRs/0027): ``link``, and
+        ``view`` and ``answer`` as the link's page would."""
+        if not self.container.signs_approvals():
+            raise TypeError("this harness has no approval keys: pass harness(approval_keys=...)")
+        approvals: AgentApprovals = self.container.approvals()
+        return approvals
 
     @property
     def memory(self) -> MemoryFamily:
@@ -235,11 +248,13 @@ def harness(
     start: datetime | None = None,
     database_url: str | None = None,
     schedules: Sequence[Schedule] = (),
+    approval_keys: Sequence[SigningKey] = (),
 ) -> AgentRunsHarness:
     """A ready agentruns with a manual clock (at ``start``), randomness seeded with ``seed``,
     these kinds and the schedules of their runs: in memory, or on the migrated PostgreSQL
     database at ``database_url``, whose statements then all read the manual clock. Close it (or
-    ``async with``) on PostgreSQL."""
+    ``async with``) on PostgreSQL. With ``approval_keys``, ``approvals`` makes and answers
+    approval links (ADRs/0027), their times on the manual clock."""
     clock = ManualClock(start)
     family: AdapterFamily
     if database_url is None:
@@ -249,6 +264,10 @@ def harness(
 
         family = PostgresFamily(database_url, clock)
     container = compose(
-        family, kinds=RunKinds(kinds, schedules=schedules), clock=clock, rng=random.Random(seed)
+        family,
+        kinds=RunKinds(kinds, schedules=schedules),
+        clock=clock,
+        rng=random.Random(seed),
+        approval_keys=approval_keys,
     )
     return AgentRunsHarness(container, clock, family)
