@@ -42,6 +42,7 @@ _HOMES: dict[str, str] = {
     "AgentRunHandler": "agentruns.app.kinds",
     "NoDomainRow": "agentruns.app.kinds",
     "RunKindPolicy": "agentruns.domain.kinds",
+    "OnActive": "agentruns.domain.subject_policy",
     "Backoff": "agentruns.domain.backoff",
     "RandomSource": "agentruns.domain.backoff",
     "Band": "agentruns.domain.bands",
@@ -89,6 +90,7 @@ _HOMES: dict[str, str] = {
     "InvalidBand": "agentruns.domain.errors",
     "InvalidDuration": "agentruns.domain.errors",
     "KeyConflict": "agentruns.domain.errors",
+    "SubjectBusy": "agentruns.domain.errors",
     "IllegalTransition": "agentruns.domain.errors",
     "RunNotFound": "agentruns.domain.errors",
     "LeaseLost": "agentruns.domain.errors",
@@ -232,6 +234,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
         InvalidStepResult as InvalidStepResult,
         InvalidToken as InvalidToken,
         KeyConflict as KeyConflict,
+        SubjectBusy as SubjectBusy,
         LeaseExpired as LeaseExpired,
         LeaseLost as LeaseLost,
         RecordedStepError as RecordedStepError,
@@ -268,6 +271,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
     from agentruns.domain.payload import (
         JsonObject as JsonObject,
     )
+    from agentruns.domain.subject_policy import OnActive as OnActive
     from agentruns.domain.run import (
         AgentRun as AgentRun,
         AgentRunFence as AgentRunFence,
