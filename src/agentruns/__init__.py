@@ -234,7 +234,6 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
         InvalidStepResult as InvalidStepResult,
         InvalidToken as InvalidToken,
         KeyConflict as KeyConflict,
-        SubjectBusy as SubjectBusy,
         LeaseExpired as LeaseExpired,
         LeaseLost as LeaseLost,
         RecordedStepError as RecordedStepError,
@@ -248,6 +247,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
         StepOutOfOrder as StepOutOfOrder,
         StepTimedOut as StepTimedOut,
         StoreUnavailable as StoreUnavailable,
+        SubjectBusy as SubjectBusy,
         TransactionConflict as TransactionConflict,
         UnknownKind as UnknownKind,
         WaitTimedOut as WaitTimedOut,
@@ -271,7 +271,6 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
     from agentruns.domain.payload import (
         JsonObject as JsonObject,
     )
-    from agentruns.domain.subject_policy import OnActive as OnActive
     from agentruns.domain.run import (
         AgentRun as AgentRun,
         AgentRunFence as AgentRunFence,
@@ -288,6 +287,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
     from agentruns.domain.states import (
         AgentRunState as AgentRunState,
     )
+    from agentruns.domain.subject_policy import OnActive as OnActive
     from agentruns.domain.termination import (
         RunOutcome as RunOutcome,
         TerminationReason as TerminationReason,
