@@ -120,7 +120,8 @@ RETURNING {RUN_COLUMNS}, enqueue_key
 LOCK_SUBJECT = statement("SELECT agent_subject_lock(:workspace, :subject)")
 
 # A subject's active runs: its head (leased, or its first queued run) and its waiting runs; an
-# ended run is never a head. Read through uq_agent_run_head and ix_agent_run_waiting.
+# ended run is never a head. Read by a BitmapOr of uq_agent_run_head and
+# ix_agent_run_queued_console.
 ACTIVE_RUNS = statement(f"""
 SELECT {RUN_COLUMNS}, enqueue_key, waiting_for, waiting_until FROM agent_run
 WHERE workspace = :workspace AND subject = :subject AND (head OR state = 'queued')
