@@ -49,7 +49,7 @@ class PolicyMachine(RuleBasedStateMachine):
     """Enqueues under each policy, claims, ends and cancels on two subjects of one workspace."""
 
     fences = Bundle("fences")
-    stores_of: StoresOf = staticmethod(memory_stores)  # type: ignore[assignment]
+    stores_of: StoresOf = staticmethod(memory_stores)
 
     def __init__(self) -> None:
         super().__init__()
@@ -129,7 +129,7 @@ class PolicyMachine(RuleBasedStateMachine):
     def two_enqueues_race_a_claim(self, subject: str, one: OnActive, two: OnActive) -> None:
         before = self.active(subject)
 
-        async def race() -> list[Any]:
+        async def race() -> tuple[AgentRun | SubjectBusy, AgentRun | SubjectBusy, Any]:
             return await asyncio.gather(
                 self._enqueue(subject, one),
                 self._enqueue(subject, two),

@@ -32,7 +32,7 @@ def on_postgres(server: PostgresTestServer) -> type[PolicyMachine]:
     class OnPostgres(PolicyMachine):
         pass
 
-    OnPostgres.stores_of = staticmethod(stores_of)  # type: ignore[assignment]
+    OnPostgres.stores_of = staticmethod(stores_of)
     return OnPostgres
 
 

@@ -112,7 +112,7 @@ async def test_two_rejects_racing_an_idle_subject_make_one_run(
     left, right = two_sides
     subjects = [f"r:{n}" for n in range(SUBJECTS)]
 
-    async def race(subject: str) -> list[AgentRun | BaseException]:
+    async def race(subject: str) -> tuple[AgentRun | BaseException, AgentRun | BaseException]:
         return await asyncio.gather(
             _enqueue(left, subject, "reject"),
             _enqueue(right, subject, "reject"),
