@@ -42,6 +42,7 @@ _HOMES: dict[str, str] = {
     "AgentRunHandler": "agentruns.app.kinds",
     "NoDomainRow": "agentruns.app.kinds",
     "RunKindPolicy": "agentruns.domain.kinds",
+    "OnActive": "agentruns.domain.subject_policy",
     "Backoff": "agentruns.domain.backoff",
     "RandomSource": "agentruns.domain.backoff",
     "Band": "agentruns.domain.bands",
@@ -93,6 +94,7 @@ _HOMES: dict[str, str] = {
     "InvalidBand": "agentruns.domain.errors",
     "InvalidDuration": "agentruns.domain.errors",
     "KeyConflict": "agentruns.domain.errors",
+    "SubjectBusy": "agentruns.domain.errors",
     "IllegalTransition": "agentruns.domain.errors",
     "RunNotFound": "agentruns.domain.errors",
     "LeaseLost": "agentruns.domain.errors",
@@ -251,6 +253,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
         StepOutOfOrder as StepOutOfOrder,
         StepTimedOut as StepTimedOut,
         StoreUnavailable as StoreUnavailable,
+        SubjectBusy as SubjectBusy,
         TransactionConflict as TransactionConflict,
         UnknownKind as UnknownKind,
         WaitTimedOut as WaitTimedOut,
@@ -290,6 +293,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
     from agentruns.domain.states import (
         AgentRunState as AgentRunState,
     )
+    from agentruns.domain.subject_policy import OnActive as OnActive
     from agentruns.domain.termination import (
         RunOutcome as RunOutcome,
         TerminationReason as TerminationReason,

@@ -8,12 +8,15 @@ import asyncio
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from agentruns import (
     AgentRun,
     AgentRunState,
     Backoff,
     BudgetHold,
     FailureClass,
+    OnActive,
     ProviderError,
     RecordedSteps,
     RunKind,
@@ -21,6 +24,7 @@ from agentruns import (
     RunOutcome,
     StepContext,
     StepEvent,
+    SubjectBusy,
     TerminationReason,
 )
 from agentruns.testing import HarnessFactory
@@ -302,3 +306,29 @@ async def test_a_step_that_jumps_past_its_lease_under_drain_loses_it(
     assert long.calls == 2
     assert [event.data["name"] for event in await harness.runs.events(run.id)] == ["call"]
     assert (await harness.runs.get(run.id)).end_reason is TerminationReason.COMPLETED
+
+
+async def test_a_drained_conversation_shows_what_each_policy_did(
+    agentruns_harness: HarnessFactory,
+) -> None:
+    """Messages on one conversation under each policy, then a drain: a rejected one made no
+    run, an interrupted one ended cancelled, and the rest were answered in order."""
+    harness = agentruns_harness(PLAIN, start=START)
+    chat = {"workspace": "acme", "subject": "chat:1"}
+    first = await harness.runs.enqueue("plain", **chat, payload={"text": "hi"})
+    with pytest.raises(SubjectBusy) as busy:
+        await harness.runs.enqueue("plain", **chat, on_active=OnActive.REJECT)
+    assert busy.value.run_id == first.id
+    queued = await harness.runs.enqueue("plain", **chat, payload={"text": "and"})
+    latest = await harness.runs.enqueue(
+        "plain", **chat, payload={"text": "no, this"}, on_active=OnActive.INTERRUPT
+    )
+    report = await harness.drain()
+    assert report.outcomes == {RunOutcome.COMPLETED: 1}
+    conversation = await harness.conversation("acme", "chat:1")
+    assert [(run.payload, run.end_reason) for run in conversation] == [
+        ({"text": "hi"}, TerminationReason.CANCELLED),
+        ({"text": "and"}, TerminationReason.CANCELLED),
+        ({"text": "no, this"}, TerminationReason.COMPLETED),
+    ]
+    assert [run.id for run in conversation] == [first.id, queued.id, latest.id]

@@ -335,3 +335,22 @@ def test_enqueue_with_a_key_prints_the_run_it_names_and_says_whether_it_is_new(
     assert "enqueue key" in bad.output
     listed = json.loads(ok(invoke(postgres_url, "runs", "list", "--json")))
     assert len(listed["runs"]) == 1
+
+
+def test_enqueue_on_active_rejects_in_one_line_or_interrupts(postgres_url: str) -> None:
+    """A rejected enqueue says which run is active, exits 1, writes nothing; an interrupt ends
+    that run cancelled and queues the new one."""
+    args = ["enqueue", REVIEW, "--kinds", KINDS, "--subject", "chat:1"]
+    first = UUID(ok(invoke(postgres_url, *args)).strip())
+    refused = invoke(postgres_url, *args, "--on-active", "reject")
+    assert refused.exit_code == 1
+    assert f"has an active run {first}" in refused.output
+    assert "Traceback" not in refused.output
+    bad = invoke(postgres_url, *args, "--on-active", "sometimes")
+    assert bad.exit_code != 0
+    assert "on_active is one of" in bad.output
+    second = UUID(ok(invoke(postgres_url, *args, "--on-active", "interrupt")).strip())
+    assert shown(postgres_url, first)["end_reason"] == "cancelled"
+    assert shown(postgres_url, second)["state"] == "queued"
+    listed = json.loads(ok(invoke(postgres_url, "runs", "list", "--json")))
+    assert len(listed["runs"]) == 2

@@ -220,6 +220,17 @@ class RunStore(Protocol):
         insert it: the key's run ended past its retention or was purged."""
         ...
 
+    async def lock_subject(self, tx: Transaction, workspace: str, subject: str) -> None:
+        """Hold the subject against every other insert of one of its runs until the transaction
+        ends (each insert takes the same lock), so that what :meth:`active_runs` reads next stays
+        the subject's whole set of active runs but for claims, requeues and ends (ADRs/0028)."""
+        ...
+
+    async def active_runs(self, tx: Transaction, workspace: str, subject: str) -> list[AgentRun]:
+        """The subject's runs that have not ended (queued, waiting or leased), as of this
+        statement, in queue order. Locks nothing."""
+        ...
+
     async def get(self, tx: Transaction, run_id: UUID) -> AgentRun | None: ...
 
     async def lock(self, tx: Transaction, run_id: UUID) -> AgentRun | None:

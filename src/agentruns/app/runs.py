@@ -32,7 +32,7 @@ from agentruns.app.ports import (
     Transaction,
 )
 from agentruns.app.tracing import NoTracing, Tracing
-from agentruns.domain import keys, limits
+from agentruns.domain import keys, limits, subject_policy
 from agentruns.domain.backoff import RandomSource
 from agentruns.domain.bands import DEFAULT_BAND_AGING, Band
 from agentruns.domain.errors import (
@@ -49,6 +49,7 @@ from agentruns.domain.payload import JsonObject, validate_payload, validate_resu
 from agentruns.domain.recorded_steps import RECORDED_STEP, step_record
 from agentruns.domain.run import AgentRun, AgentRunFence, continue_after, retry_after_end
 from agentruns.domain.states import AgentRunState
+from agentruns.domain.subject_policy import OnActive
 from agentruns.domain.termination import TerminationReason
 from agentruns.domain.waits import (
     SLEEP_STEP,
@@ -169,6 +170,7 @@ class AgentRuns:
         due_at: datetime | None = None,
         deadline_at: datetime | None = None,
         key: str | None = None,
+        on_active: OnActive | str | None = None,
         tx: Transaction | None = None,
     ) -> AgentRun:
         """Queue a run. An unknown kind, a bad band, a name, payload or time outside the limits
@@ -181,10 +183,17 @@ class AgentRuns:
         :class:`~agentruns.domain.errors.KeyConflict` (:mod:`agentruns.domain.keys`). Whether
         the run is new is :meth:`enqueue_once`'s ``created``; the run carries its ``key``.
 
+        ``on_active`` (else the kind's ``RunKindPolicy.on_active``) says what happens when the
+        subject has a run that has not ended (:mod:`agentruns.domain.subject_policy`,
+        ADRs/0028): ``queue`` behind it; ``reject`` (:class:`~agentruns.domain.errors.SubjectBusy`
+        names it, nothing is written); ``interrupt`` (each such run is ended cancelled, its
+        holder told, and the new run is the subject's next, in one transaction). A key is looked
+        up first: a held key returns its run whatever the policy.
+
         With tracing on, the enqueue is a span in the caller's trace, and the run keeps that
         span's context: each attempt's spans link to it (ADRs/0014)."""
         done = await self._enqueue(
-            kind, workspace, subject, band, payload, due_at, deadline_at, key, tx
+            kind, workspace, subject, band, payload, due_at, deadline_at, key, on_active, tx
         )
         return done.run
 
@@ -199,6 +208,7 @@ class AgentRuns:
         payload: object = None,
         due_at: datetime | None = None,
         deadline_at: datetime | None = None,
+        on_active: OnActive | str | None = None,
         tx: Transaction | None = None,
     ) -> Enqueued:
         """:meth:`enqueue` with a key, saying whether the run is new: ``Enqueued(run,
@@ -206,7 +216,7 @@ class AgentRuns:
         if key is None:
             raise InvalidRequest("enqueue_once needs a key")
         return await self._enqueue(
-            kind, workspace, subject, band, payload, due_at, deadline_at, key, tx
+            kind, workspace, subject, band, payload, due_at, deadline_at, key, on_active, tx
         )
 
     async def _enqueue(
@@ -219,9 +229,11 @@ class AgentRuns:
         due_at: datetime | None,
         deadline_at: datetime | None,
         key: str | None,
+        on_active: OnActive | str | None,
         tx: Transaction | None,
     ) -> Enqueued:
         registered = self._kinds.get(kind)
+        policy = registered.policy.on_active if on_active is None else OnActive.parse(on_active)
         due = limits.optional_moment(due_at, "due_at")
         deadline = limits.optional_moment(deadline_at, "deadline_at")
         limits.deadline_after_due(due, deadline)
@@ -242,14 +254,98 @@ class AgentRuns:
         with self._tracing.enqueue(new.kind, new.workspace, new.subject, new.id) as carrier:
             if carrier:
                 new = replace(new, trace_context=carrier)
+            kept_for = registered.policy.key_retention
+            if policy is not OnActive.QUEUE:
+                return await self._on_active(new, policy, kept_for, registered.handler, tx)
             async with self.transaction(tx) as inner:
                 if new.key is None:
                     done = Enqueued(await self._stores.runs.insert(inner, new), created=True)
                 else:
-                    done = await self._keyed(inner, new, registered.policy.key_retention)
+                    done = await self._keyed(inner, new, kept_for)
                 if done.created:
                     await registered.handler.on_moved(inner, done.run)
         return done
+
+    async def _on_active(
+        self,
+        new: NewRun,
+        policy: OnActive,
+        kept_for: timedelta,
+        handler: AgentRunHandler,
+        tx: Transaction | None,
+    ) -> Enqueued:
+        """An enqueue under ``reject`` or ``interrupt``, in one transaction (ADRs/0028); one
+        that PostgreSQL aborted as a deadlock runs again if the transaction is its own."""
+        for attempt in range(_CONFLICT_RETRIES):
+            try:
+                async with self.transaction(tx) as inner:
+                    done = await self._apply_policy(inner, new, policy, kept_for)
+                    if done.created:
+                        await handler.on_moved(inner, done.run)
+                    return done
+            except TransactionConflict:
+                if tx is not None or attempt + 1 == _CONFLICT_RETRIES:
+                    raise
+        raise AssertionError("unreachable")
+
+    async def _apply_policy(
+        self, tx: Transaction, new: NewRun, policy: OnActive, kept_for: timedelta
+    ) -> Enqueued:
+        """Hold the subject, look the key up, then let the domain decide on the subject's
+        active runs: reject, or end them cancelled before the insert.
+
+        Lock order for an interrupt: each active run's domain row, then the run, and only then
+        the subject, the lock an ending run's trigger takes after its row: a holder ending its
+        run at that moment is waited for, not deadlocked. A run that appeared between the two
+        reads is locked after the subject (rarely; a deadlock there runs the enqueue again)."""
+        runs = self._stores.runs
+        locked: set[UUID] = set()
+        if policy is OnActive.INTERRUPT:
+            await self._lock_runs(
+                tx, await runs.active_runs(tx, new.workspace, new.subject), locked
+            )
+        await runs.lock_subject(tx, new.workspace, new.subject)
+        if new.key is not None:
+            found = await self._held_key(tx, new, kept_for)
+            if found is not None:
+                return found
+        decision = subject_policy.decide(
+            policy, await runs.active_runs(tx, new.workspace, new.subject)
+        )
+        await self._lock_runs(tx, decision.interrupt, locked)
+        for run in decision.interrupt:
+            ended = await runs.end(tx, run.id, TerminationReason.CANCELLED, None)
+            await self.handler_of(run).on_moved(tx, ended)
+        if new.key is None:
+            return Enqueued(await runs.insert(tx, new), created=True)
+        return await self._keyed(tx, new, kept_for)
+
+    async def _lock_runs(
+        self, tx: Transaction, found: Sequence[AgentRun], locked: set[UUID]
+    ) -> None:
+        """Lock each run of ``found`` not locked yet: its domain row, then the run."""
+        for run in found:
+            if run.id in locked:
+                continue
+            await self.handler_of(run).lock_domain_row(tx, run)
+            await self._stores.runs.lock(tx, run.id)
+            locked.add(run.id)
+
+    async def _held_key(self, tx: Transaction, new: NewRun, kept_for: timedelta) -> Enqueued | None:
+        """The run ``new.key`` still names (nothing is written), or ``None``."""
+        assert new.key is not None
+        holder = await self._stores.runs.key_holder(tx, new.workspace, new.key)
+        if holder is None:
+            return None
+        run_id, now = holder
+        existing = await self._stores.runs.get(tx, run_id)
+        if not keys.held(existing, now, kept_for):
+            return None
+        assert existing is not None
+        same = keys.check_same(
+            existing, name=new.key, kind=new.kind, subject=new.subject, payload=new.payload
+        )
+        return Enqueued(same, created=False)
 
     async def _keyed(self, tx: Transaction, new: NewRun, kept_for: timedelta) -> Enqueued:
         """Insert ``new`` under its key, or find the run the key still names (nothing written).

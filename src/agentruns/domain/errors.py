@@ -10,6 +10,8 @@
     │   ├── InvalidDuration          not a duration, negative, or longer than a century
     │   ├── KeyConflict              an enqueue key already names a run of another kind,
     │   │                            subject or payload: nothing is written
+    │   ├── SubjectBusy              an enqueue under ``reject`` met an active run of its
+    │   │                            subject: nothing is written
     │   └── InvalidSchedule          a schedule that cannot tick (cron, timezone, template)
     ├── IllegalTransition            the state table does not allow the move
     ├── RunNotFound                  no run with that id
@@ -81,6 +83,15 @@ class KeyConflict(InvalidRequest):
     payload. Nothing was written; ``run_id`` is the run the key names."""
 
     def __init__(self, message: str, run_id: UUID | None = None) -> None:
+        super().__init__(message)
+        self.run_id = run_id
+
+
+class SubjectBusy(InvalidRequest):
+    """An enqueue whose policy is ``reject`` found a run of its subject that has not ended.
+    Nothing was written; ``run_id`` is that run (ADRs/0028)."""
+
+    def __init__(self, message: str, run_id: UUID) -> None:
         super().__init__(message)
         self.run_id = run_id
 

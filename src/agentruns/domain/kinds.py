@@ -9,6 +9,7 @@ from agentruns.domain import limits
 from agentruns.domain.backoff import Backoff
 from agentruns.domain.errors import InvalidRequest
 from agentruns.domain.keys import DEFAULT_KEY_RETENTION, retention
+from agentruns.domain.subject_policy import OnActive
 
 DEFAULT_RETRY_BUDGET = 3
 # Attempts are PostgreSQL integers; a budget beyond this many requeues is a mistake.
@@ -28,7 +29,11 @@ class RunKindPolicy:
 
     ``key_retention`` is how long an enqueue key stays held after its run ended (zero: only
     while the run has not ended; at most a century): an enqueue with the same key finds the
-    ended run until then, and makes a new run after (:mod:`agentruns.domain.keys`)."""
+    ended run until then, and makes a new run after (:mod:`agentruns.domain.keys`).
+
+    ``on_active`` is what an enqueue that names no policy does when its subject has a run that
+    has not ended: queue behind it (the default), reject, or interrupt it
+    (:mod:`agentruns.domain.subject_policy`)."""
 
     name: str
     retry_budget: int = DEFAULT_RETRY_BUDGET
@@ -37,6 +42,7 @@ class RunKindPolicy:
     deadline: timedelta | None = None
     step_timeout: timedelta | None = None
     key_retention: timedelta = DEFAULT_KEY_RETENTION
+    on_active: OnActive = OnActive.QUEUE
 
     def __post_init__(self) -> None:
         # InvalidRequest is a ValueError: a bad policy fails where the host builds it.
@@ -51,5 +57,6 @@ class RunKindPolicy:
         if self.step_timeout is not None:
             limits.duration(self.step_timeout, "a step timeout", longest=limits.MAX_LEASE)
         retention(self.key_retention)
+        OnActive.parse(self.on_active)
         if self.backoff.cap > limits.MAX_DELAY:
             raise InvalidRequest(f"a backoff's cap is at most {limits.MAX_DELAY}")

@@ -124,6 +124,22 @@ class AgentRunsHarness:
                 cursor = page.next_cursor
         return sorted(found, key=lambda run: run.seq, reverse=True)
 
+    async def conversation(self, workspace: str, subject: str) -> list[AgentRun]:
+        """Every run of one subject (a conversation), oldest first, on either adapter: after a
+        drain, what each message became under its enqueue's policy (ADRs/0028), each run ended
+        ``completed``, ``cancelled`` by an interrupt, or still queued."""
+        found: list[AgentRun] = []
+        cursor: str | None = None
+        while True:
+            page = await self.runs.list_runs(
+                workspace=workspace, subject=subject, limit=MAX_PAGE, cursor=cursor
+            )
+            found.extend(page.runs)
+            if page.next_cursor is None:
+                break
+            cursor = page.next_cursor
+        return sorted(found, key=lambda run: run.seq)
+
     async def next_moment(self, *, waits: bool = True) -> datetime | None:
         """When production would next act if only time moved: a subject's head falls due, a
         budget hold ends, a lease expires, a queued run's deadline passes

@@ -146,6 +146,21 @@ class MemoryRunStore(RunStore):
         self._database.check(tx)
         return self.rows.get(run_id)
 
+    async def lock_subject(self, tx: Transaction, workspace: str, subject: str) -> None:
+        # Transactions run one at a time: the subject is held already.
+        self._database.check(tx)
+
+    async def active_runs(self, tx: Transaction, workspace: str, subject: str) -> list[AgentRun]:
+        self._database.check(tx)
+        found = [
+            run
+            for run in self.rows.values()
+            if run.workspace == workspace
+            and run.subject == subject
+            and run.state is not AgentRunState.ENDED
+        ]
+        return sorted(found, key=lambda run: run.seq)
+
     async def lock(self, tx: Transaction, run_id: UUID) -> AgentRun | None:
         return await self.get(tx, run_id)
 

@@ -158,7 +158,7 @@ OBJECTS: tuple[Privileges, ...] = (
         "agent_subject_lock(text, text)",
         ("EXECUTE",),
         (),
-        "called by the enqueue and end triggers, as the writer",
+        "called by the enqueue and end triggers, and by an enqueue with a policy (ADRs/0028)",
     ),
     Privileges(
         "FUNCTION",

@@ -235,6 +235,12 @@ class PostgresRunStore(RunStore):
             raise RunNotFound(f"enqueue key {new.key!r} named no run to move from")
         return run
 
+    async def lock_subject(self, tx: Tx, workspace: str, subject: str) -> None:
+        await fetch(tx, sql.LOCK_SUBJECT, {"workspace": workspace, "subject": subject})
+
+    async def active_runs(self, tx: Tx, workspace: str, subject: str) -> list[AgentRun]:
+        return await self._many(tx, sql.ACTIVE_RUNS, workspace=workspace, subject=subject)
+
     async def get(self, tx: Tx, run_id: UUID) -> AgentRun | None:
         return await self._one(tx, sql.GET_RUN, run_id=run_id)
 

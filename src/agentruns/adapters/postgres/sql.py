@@ -113,6 +113,21 @@ FROM clock, moved
 RETURNING {RUN_COLUMNS}, enqueue_key
 """)
 
+# An enqueue with a policy other than queue (ADRs/0028) holds its subject with the lock every
+# insert of the subject takes (agent_run_enqueued), in a statement of its own: under READ
+# COMMITTED the next statement's snapshot then sees every run of the subject another enqueue
+# committed before the lock was granted.
+LOCK_SUBJECT = statement("SELECT agent_subject_lock(:workspace, :subject)")
+
+# A subject's active runs: its head (leased, or its first queued run) and its waiting runs; an
+# ended run is never a head. Read by a BitmapOr of uq_agent_run_head and
+# ix_agent_run_queued_console.
+ACTIVE_RUNS = statement(f"""
+SELECT {RUN_COLUMNS}, enqueue_key, waiting_for, waiting_until FROM agent_run
+WHERE workspace = :workspace AND subject = :subject AND (head OR state = 'queued')
+ORDER BY seq
+""")
+
 GET_RUN = statement(
     f"SELECT {RUN_COLUMNS}, enqueue_key, waiting_for, waiting_until, result, {NOW} AS now "
     "FROM agent_run WHERE id = :run_id"

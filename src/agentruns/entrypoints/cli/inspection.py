@@ -20,6 +20,7 @@ from agentruns.domain.errors import RunNotFound, UnknownKind
 from agentruns.domain.holders import HolderView
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
+from agentruns.domain.subject_policy import OnActive
 from agentruns.domain.waits import Delivered
 from agentruns.entrypoints import container as composition
 from agentruns.entrypoints.cli import holders, render
@@ -138,6 +139,15 @@ def enqueue(
             show_default="none",
         ),
     ] = None,
+    on_active: Annotated[
+        str | None,
+        typer.Option(
+            "--on-active",
+            help="When the subject has a run that has not ended: queue behind it, reject "
+            "(nothing is written, exit 1) or interrupt it (cancelled; the new run is next).",
+            show_default="the kind's policy",
+        ),
+    ] = None,
     data_dir: DataDir = None,
     database_name: DatabaseName = None,
 ) -> None:
@@ -158,6 +168,7 @@ def enqueue(
                 f"--payload is nested deeper than {limits.MAX_JSON_DEPTH} levels"
             ) from None
         Band.parse(band)
+        policy = None if on_active is None else OnActive.parse(on_active)
         with database(config, data_dir, database_name) as url:
             built = postgres_container(config, url, registry)
 
@@ -181,10 +192,11 @@ def enqueue(
                         payload=data,
                         due_at=due_at,
                         deadline_at=deadline_at,
+                        on_active=policy,
                     )
                 run = await runs.enqueue(
                     kind, workspace=workspace, subject=named, band=band, payload=data,
-                    due_at=due_at, deadline_at=deadline_at,
+                    due_at=due_at, deadline_at=deadline_at, on_active=policy,
                 )  # fmt: skip
                 return Enqueued(run, created=True)
 
