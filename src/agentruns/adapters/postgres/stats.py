@@ -142,11 +142,9 @@ WHERE state = 'leased' AND leased_until <= {NOW} + CAST(:soon AS interval)
 ORDER BY leased_until, seq LIMIT :limit
 """)
 
-# The runs that wait (ADRs/0025), counted per workspace and the soonest ends first. No index
-# names waiting_until, so both read the queued runs (ix_agent_run_queued_seq) and filter on the
-# heap: their cost grows with the queued runs, not only the waiting ones. A partial index
-# (waiting_until, seq) INCLUDE (workspace) WHERE state = 'queued' AND waiting_until IS NOT NULL
-# would make them index-only over the waiting runs; it needs a migration.
+# The runs that wait (ADRs/0025), counted per workspace and the soonest ends first: both read
+# ix_agent_run_waits (ddl/console.sql), partial on the waiting runs, so their cost grows with the
+# waiting runs only, not with every queued run.
 WAITING_BY_WORKSPACE = statement("""
 SELECT workspace, count(*) AS runs FROM agent_run
 WHERE state = 'queued' AND waiting_until IS NOT NULL GROUP BY workspace

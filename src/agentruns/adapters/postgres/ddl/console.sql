@@ -16,5 +16,12 @@ CREATE INDEX ix_agent_run_ended_subject ON agent_run (workspace, subject, seq)
 CREATE INDEX ix_agent_run_ended_unsuccessful ON agent_run (end_reason, seq)
     WHERE state = 'ended' AND end_reason <> 'completed';
 
+-- The waiting runs (ADRs/0025) in the order their waits end: written only by a wait's give-back
+-- (a claim, renewal or end makes a row version outside it); the overview counts them per
+-- workspace and lists the soonest ends from it alone.
+CREATE INDEX ix_agent_run_waits ON agent_run (waiting_until, seq)
+    INCLUDE (workspace, kind, subject, waiting_for)
+    WHERE state = 'queued' AND waiting_until IS NOT NULL;
+
 -- Failed attempts by time, across runs.
 CREATE INDEX ix_agent_run_failure_recorded ON agent_run_failure (recorded_at);
