@@ -6,7 +6,17 @@ from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
 
-ORDER = ("throughput", "depth", "servers", "steps", "heartbeat", "faults", "console", "analysis")
+ORDER = (
+    "throughput",
+    "depth",
+    "servers",
+    "steps",
+    "heartbeat",
+    "waits",
+    "faults",
+    "console",
+    "analysis",
+)
 
 HEADER = (
     "# agentruns benchmark results\n\n"
