@@ -73,21 +73,14 @@ class JwtSandboxTokens(SandboxTokens):
     """Signs with the newest live key; verifies with any known live key."""
 
     def __init__(self, keys: Iterable[SigningKey], clock: Clock) -> None:
-        self._keys: dict[str, SigningKey] = {}
-        for key in keys:
-            if key.kid in self._keys:
-                raise ValueError(f"signing key {key.kid!r} is given twice")
-            self._keys[key.kid] = key
-        if not self._keys:
-            raise ValueError("sandbox tokens need at least one signing key")
+        self._keys = _keyring(keys, "sandbox tokens")
         self._clock = clock
 
     def _signing_key(self) -> SigningKey:
-        now = self._clock.now()
-        live = [key for key in self._keys.values() if key.alive(now)]
-        if not live:
+        key = _newest_live(self._keys, self._clock.now())
+        if key is None:
             raise SandboxError("no signing key is alive: add a new key before the last one ends")
-        return max(live, key=lambda key: (key.not_before, key.not_after))
+        return key
 
     def signable_until(self) -> datetime:
         return self._signing_key().not_after
@@ -120,21 +113,14 @@ class JwtApprovalTokens(ApprovalTokens):
     (``sub``), the signal's name (``sig``), the link's id (``lid``) and its end (``exp``)."""
 
     def __init__(self, keys: Iterable[SigningKey], clock: Clock) -> None:
-        self._keys: dict[str, SigningKey] = {}
-        for key in keys:
-            if key.kid in self._keys:
-                raise ValueError(f"signing key {key.kid!r} is given twice")
-            self._keys[key.kid] = key
-        if not self._keys:
-            raise ValueError("approval links need at least one signing key")
+        self._keys = _keyring(keys, "approval links")
         self._clock = clock
 
     def _signing_key(self) -> SigningKey:
-        now = self._clock.now()
-        live = [key for key in self._keys.values() if key.alive(now)]
-        if not live:
+        key = _newest_live(self._keys, self._clock.now())
+        if key is None:
             raise InvalidRequest("no signing key is alive: no approval link can be signed")
-        return max(live, key=lambda key: (key.not_before, key.not_after))
+        return key
 
     def signable_until(self) -> datetime:
         return self._signing_key().not_after
@@ -163,16 +149,40 @@ class JwtApprovalTokens(ApprovalTokens):
         run, name, link_id = claims["sub"], claims["sig"], claims["lid"]
         if not all(isinstance(v, str) and v for v in (run, name, link_id)):
             raise InvalidToken("bad token")
-        expires_at = _seconds(claims["exp"])
-        if expires_at <= now:
-            raise InvalidToken("expired token")
-        if "nbf" in claims and _seconds(claims["nbf"]) > now:
-            raise InvalidToken("token not valid yet")
+        expires_at = _in_time(claims, now)
         try:
             run_id = UUID(run)
         except ValueError as exc:
             raise InvalidToken("bad token") from exc
         return ApprovalLink(run_id, name, link_id, expires_at)
+
+
+def _keyring(keys: Iterable[SigningKey], what: str) -> dict[str, SigningKey]:
+    """The keys by id; each id once, and at least one key."""
+    ring: dict[str, SigningKey] = {}
+    for key in keys:
+        if key.kid in ring:
+            raise ValueError(f"signing key {key.kid!r} is given twice")
+        ring[key.kid] = key
+    if not ring:
+        raise ValueError(f"{what} need at least one signing key")
+    return ring
+
+
+def _newest_live(keys: dict[str, SigningKey], now: datetime) -> SigningKey | None:
+    """The key that signs at ``now``: the newest live one (``None``: none is alive)."""
+    live = [key for key in keys.values() if key.alive(now)]
+    return max(live, key=lambda key: (key.not_before, key.not_after)) if live else None
+
+
+def _in_time(claims: dict[str, Any], now: datetime) -> datetime:
+    """The token's end, once its times hold at ``now`` on the injected clock."""
+    expires_at = _seconds(claims["exp"])
+    if expires_at <= now:
+        raise InvalidToken("expired token")
+    if "nbf" in claims and _seconds(claims["nbf"]) > now:
+        raise InvalidToken("token not valid yet")
+    return expires_at
 
 
 def _decode(
@@ -229,11 +239,7 @@ def _identity(claims: dict[str, Any], now: datetime) -> SandboxIdentity:
     sid, workspace, subject = claims["sid"], claims["ws"], claims["sub"]
     if not all(isinstance(v, str) for v in (sid, workspace, subject)):
         raise InvalidToken("bad token")
-    expires_at = _seconds(claims["exp"])
-    if expires_at <= now:
-        raise InvalidToken("expired token")
-    if "nbf" in claims and _seconds(claims["nbf"]) > now:
-        raise InvalidToken("token not valid yet")
+    expires_at = _in_time(claims, now)
     try:
         sandbox_id = UUID(sid)
     except ValueError as exc:
