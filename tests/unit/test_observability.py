@@ -130,14 +130,19 @@ async def test_prometheus_counts_waits_signals_timeouts_and_sleeps() -> None:
     ask = agentruns.RunKind(RunKindPolicy(name="ask"), agentruns.RecordedSteps(_ask))
     test = harness(ask)
     test.container.metrics.override(providers.Object(metrics))
+    test.container.runs.reset()  # the harness built its runs and worker before the override
+    test.runs = test.container.runs()
     test.worker = test.container.worker(holder="test-worker")
     answered = await test.runs.enqueue("ask", workspace="acme", subject="a")
     await test.runs.enqueue("ask", workspace="acme", subject="b")
     await test.drain()
-    await test.runs.signal(answered.id, "approval", "yes")
+    await test.runs.signal(answered.id, "approval", "yes", signal_id="mail-1")
+    await test.runs.signal(answered.id, "approval", "yes", signal_id="mail-1")  # a retry
     await test.drain(until=test.clock.now() + timedelta(hours=2))
 
     registry = metrics.registry
+    assert _value(registry, "agentruns_signals_total", kind="ask", new="yes") == 1
+    assert _value(registry, "agentruns_signals_total", kind="ask", new="no") == 1
 
     def came_to(value: str) -> float | None:
         return _value(registry, "agentruns_waits_total", kind="ask", came_to=value)

@@ -132,6 +132,13 @@ class PrometheusMetrics(Metrics):
             ["kind", "came_to"],
             registry=self.registry,
         )
+        self._signals = Counter(
+            "agentruns_signals",
+            "Signals delivered to runs, by kind and whether the delivery kept a new signal (yes) "
+            "or repeated a signal id the run had seen (no: nothing written)",
+            ["kind", "new"],
+            registry=self.registry,
+        )
         self._depth = Gauge(
             "agentruns_queue_depth", "Queued runs by band", ["band"], registry=self.registry
         )
@@ -194,6 +201,9 @@ class PrometheusMetrics(Metrics):
 
     def waited(self, kind: str, came_to: str) -> None:
         self._waits.labels(kind, came_to).inc()
+
+    def signalled(self, kind: str, created: bool) -> None:
+        self._signals.labels(kind, "yes" if created else "no").inc()
 
     def queue_depth(self, depths: Mapping[Band, int]) -> None:
         for band in Band:

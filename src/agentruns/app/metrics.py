@@ -61,6 +61,11 @@ class Metrics(Protocol):
         passed first) or ``slept`` (a sleep ended)."""
         ...
 
+    def signalled(self, kind: str, created: bool) -> None:
+        """A signal was delivered to a run of ``kind`` (ADRs/0025): kept (``created``), or a
+        delivery of an id the run had seen, which wrote nothing."""
+        ...
+
     def queue_depth(self, depths: Mapping[Band, int]) -> None:
         """Queued runs by band, as last seen."""
         ...
@@ -94,6 +99,9 @@ class NoMetrics(Metrics):
         return None
 
     def waited(self, kind: str, came_to: str) -> None:
+        return None
+
+    def signalled(self, kind: str, created: bool) -> None:
         return None
 
     def queue_depth(self, depths: Mapping[Band, int]) -> None:

@@ -31,6 +31,7 @@ from agentruns.app.ports import (
     Stores,
     Transaction,
 )
+from agentruns.app.metrics import Metrics, NoMetrics
 from agentruns.app.tracing import NoTracing, Tracing
 from agentruns.domain import keys, limits, subject_policy
 from agentruns.domain.backoff import RandomSource
@@ -134,9 +135,12 @@ class AgentRuns:
         band_aging: timedelta = DEFAULT_BAND_AGING,
         new_id: Callable[[], UUID] = uuid.uuid4,
         tracing: Tracing | None = None,
+        metrics: Metrics | None = None,
     ) -> None:
         self._stores = stores
         self._kinds = kinds
+        # What the use cases themselves count (signals delivered); the worker counts the rest.
+        self._metrics = metrics or NoMetrics()
         self._rng = rng
         self._band_aging = band_aging
         self._new_id = new_id
@@ -676,6 +680,7 @@ class AgentRuns:
                     if kept.signal_id == given
                 ]
                 if before:
+                    self._metrics.signalled(found.kind, False)
                     return Delivered(before[0], created=False)
                 raise RunAlreadyEnded(
                     f"run {run_id} ended {found.end_reason}: it takes no signal {checked_name!r}"
@@ -685,7 +690,9 @@ class AgentRuns:
             )
             if delivered.created:
                 await self._stores.runs.wake(inner, run_id, checked_name)
-            return delivered
+        # Counted once committed: a delivery rolled back is no signal.
+        self._metrics.signalled(found.kind, delivered.created)
+        return delivered
 
     async def signals(self, run_id: UUID) -> list[Signal]:
         """The signals delivered to the run, in delivery order (RunNotFound if none such)."""

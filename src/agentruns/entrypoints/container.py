@@ -198,6 +198,7 @@ class AgentRunsContainer(containers.DeclarativeContainer):
         rng=rng,
         band_aging=settings.provided.band_aging,
         tracing=tracing,
+        metrics=metrics,
     )
     reaper = providers.Singleton(
         AgentRunReaper,
