@@ -18,6 +18,7 @@ from typing import TypeVar
 from uuid import UUID
 
 from agentruns.app.kinds import AgentRunHandler, NoDomainRow, RunKind, RunKinds
+from agentruns.app.metrics import Metrics, NoMetrics
 from agentruns.app.ports import (
     BudgetHold,
     ClaimRequest,
@@ -31,7 +32,6 @@ from agentruns.app.ports import (
     Stores,
     Transaction,
 )
-from agentruns.app.metrics import Metrics, NoMetrics
 from agentruns.app.tracing import NoTracing, Tracing
 from agentruns.domain import keys, limits, subject_policy
 from agentruns.domain.backoff import RandomSource
