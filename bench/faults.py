@@ -716,25 +716,25 @@ async def verdict(run: FaultRun, finished: bool) -> tuple[dict[str, Any], list[s
         "recorded steps recorded twice / with no execution / with another's result": (
             f"{recorded_twice} / {unexecuted} / {foreign}"
         ),
-        "waits runs (first signal before the wait / after it parked)": (
-            f"{waits} ({sent.first_before_wait} / {sent.first_after_park})"
+        "waits runs": waits,
+        "first signals before the wait / after a park": (
+            f"{sent.first_before_wait} / {sent.first_after_park}"
         ),
         "waits runs not completed": not_completed,
-        "signal deliveries (kept / answered as kept before / cut off, tried again)": (
-            f"{sent.attempts} ({sent.kept} / {sent.answered_kept_before} / {sent.cut_off})"
+        "signal deliveries tried": sent.attempts,
+        "  kept / answered as kept before / cut off, retried": (
+            f"{sent.kept} / {sent.answered_kept_before} / {sent.cut_off}"
         ),
         "deliveries refused / answered with another signal": (
             f"{len(sent.refused)} / {len(sent.other_answer)}"
         ),
-        "signals kept twice for one id / waits runs without exactly one": (
-            f"{signal_doubled} / {not_one_signal}"
-        ),
-        "waits recorded twice / naming another signal / unrecorded": (
+        "signals doubled per id / runs without one signal": f"{signal_doubled} / {not_one_signal}",
+        "wait:go recorded twice / another's / unrecorded": (
             f"{wait_twice} / {wait_other} / {wait_unrecorded}"
         ),
         "wait answers acted on": answers,
         "wait answers acted on twice": answered_twice,
-        "wait answers acted on again after an unrecorded execution": answer_rerun,
+        "wait answers after an unrecorded execution": answer_rerun,
         "wait answers naming another signal": answer_other,
         "event epochs going backwards": backwards,
         "subjects seen with two leased runs": sorted(run.doubles),
