@@ -286,7 +286,8 @@ class Deliveries:
 
 
 class Link:
-    """One connection, reconnected across PostgreSQL restarts."""
+    """One connection (the sampler's, the signaller's), reconnected across PostgreSQL
+    restarts."""
 
     def __init__(self, url: str) -> None:
         self.url = url
@@ -436,6 +437,7 @@ class FaultRun:
         self.crashes: list[str] = []
         self.restarts_done: list[float] = []
         self.started = time.monotonic()
+        self.link = Link(url)
         self.signaller = Signaller(url, config, self.elapsed)
         self.log = open(folder / "processes.log", "ab")  # noqa: SIM115 - the run's lifetime
 
@@ -455,28 +457,9 @@ class FaultRun:
         self.procs.append(proc)
         return proc
 
-    async def connect(self) -> psycopg.AsyncConnection[Any]:
-        while True:
-            try:
-                return await psycopg.AsyncConnection.connect(self.url, autocommit=True)
-            except psycopg.OperationalError:
-                await asyncio.sleep(0.1)
-
     async def query(self, sql: str, params: dict[str, Any] | None = None) -> list[tuple[Any, ...]]:
         """A query on the sampler's connection, reconnecting across PostgreSQL restarts."""
-        while True:
-            try:
-                if self._conn is None or self._conn.closed:
-                    self._conn = await self.connect()
-                cur = await self._conn.execute(sql, params)
-                return list(await cur.fetchall())
-            except psycopg.OperationalError:
-                if self._conn is not None:
-                    await self._conn.close()
-                self._conn = None
-                await asyncio.sleep(0.1)
-
-    _conn: psycopg.AsyncConnection[Any] | None = None
+        return await self.link.query(sql, params)
 
     async def sample(self) -> int:
         """One look at the table: doubly leased subjects, re-leases of killed workers' runs;
@@ -620,8 +603,7 @@ class FaultRun:
             except subprocess.TimeoutExpired:
                 proc.popen.kill()
                 proc.popen.wait()
-        if self._conn is not None:
-            await self._conn.close()
+        await self.link.close()
         self.log.close()
 
 
