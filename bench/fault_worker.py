@@ -1,6 +1,6 @@
 """A worker or reaper process of the fault run: ``python -m bench.fault_worker``.
 
-``--role worker`` runs ``Worker.run`` for the ``fault`` kind until SIGTERM; ``--role reaper``
+``--role worker`` runs ``Worker.run`` for the fault run's kinds until SIGTERM; ``--role reaper``
 runs ``AgentRunReaper.run``. The kind's steps read their script from the payload (how many steps,
 how long each sleeps, how and until which attempt they fail, whether the holder turns zombie).
 
@@ -10,6 +10,12 @@ own, autocommitted, and only then works and returns; a row is an execution that 
 when a SIGKILL follows at once. Its zombie holder stalls inside a step's function, so the step
 that ran is refused its record and must run again under the next epoch. A step asked for while
 replaying, which returns its recorded result without running, is journaled as ``replayed``.
+
+The ``fault-waiting`` kind (ADRs/0025) runs a recorded step ``plan``, waits for the signal ``go``
+(an hour at most: the fault driver's signaller delivers it, some before the run gets there), sleeps
+durably for a moment, then runs the recorded step ``answer``, whose function writes what the wait
+returned to ``fault_wait_answer`` (with the id of its ``fault_step_execution`` row): a row is an
+answer acted on.
 
 A zombie holder's process stalls past its lease (the event loop blocked, so its lease keeper
 sends no heartbeat either), then tries to write under its old fence: an explicit
@@ -35,6 +41,7 @@ from pathlib import Path
 from typing import Any
 
 import psycopg
+from psycopg.types.json import Jsonb
 from psycopg_pool import AsyncConnectionPool
 
 from agentruns.adapters.postgres import close_postgres_stores, make_postgres_stores
@@ -52,6 +59,9 @@ from agentruns.domain.termination import TerminationReason
 
 KIND = "fault"
 RECORDED_KIND = "fault-recorded"
+WAITING_KIND = "fault-waiting"
+WAIT_TIMEOUT = timedelta(hours=1)
+WAIT_SLEEP = timedelta(milliseconds=200)
 LEASE = timedelta(seconds=3)
 BACKOFF = Backoff(base=timedelta(milliseconds=200), cap=timedelta(seconds=2), jitter=0.2)
 ZOMBIE_PAUSE = LEASE.total_seconds() + 1.5
@@ -128,6 +138,13 @@ ON CONFLICT (id) DO NOTHING
 """
 
 
+ANSWERED = """
+INSERT INTO fault_wait_answer (id, run_id, epoch, signal_id, payload, holder)
+VALUES (%(id)s, %(run)s, %(epoch)s, %(signal_id)s, %(payload)s, %(holder)s)
+ON CONFLICT (id) DO NOTHING
+"""
+
+
 class Executions:
     """Counts step executions in ``fault_step_execution``, one autocommitted row each. A write
     cut off by a PostgreSQL restart is tried again under the same id until it is known to be
@@ -154,11 +171,28 @@ class Executions:
             "epoch": run.epoch,
             "holder": holder,
         }
+        await self._write(EXECUTED, row)
+        return str(row["id"])
+
+    async def answer(self, run: AgentRun, execution: str, answer: object, holder: str) -> None:
+        """Write the wait's answer acted on by the execution ``execution`` (its row's id)."""
+        signal_id = answer.get("signal_id") if isinstance(answer, dict) else None
+        row = {
+            "id": uuid.UUID(execution),
+            "run": run.id,
+            "epoch": run.epoch,
+            "signal_id": None if signal_id is None else str(signal_id),
+            "payload": Jsonb(answer),
+            "holder": holder,
+        }
+        await self._write(ANSWERED, row)
+
+    async def _write(self, sql: str, row: dict[str, object]) -> None:
         while True:
             try:
                 async with self._pool.connection() as conn:
-                    await conn.execute(EXECUTED, row)
-                return str(row["id"])
+                    await conn.execute(sql, row)
+                return
             except psycopg.OperationalError:
                 await asyncio.sleep(0.1)
 
@@ -208,6 +242,36 @@ def recorded_kind(executions: Executions, journal: Journal, holder: str) -> RunK
     return RunKind(policy, RecordedSteps(steps))
 
 
+def waiting_kind(executions: Executions, journal: Journal, holder: str) -> RunKind:
+    """The waits workload: ``plan``, a wait for ``go``, a durable sleep, then ``answer``, which
+    writes the wait's answer to ``fault_wait_answer``. Every step counts its execution as the
+    recorded workload's do."""
+
+    async def steps(run: AgentRun, ctx: StepContext) -> None:
+        pause = float(run.payload.get("sleep", 0.01))  # type: ignore[arg-type]
+
+        async def execute(name: str, answer: object) -> dict[str, object]:
+            execution = await executions.count(run, name, 1, holder)
+            if name == "answer":
+                await executions.answer(run, execution, answer, holder)
+            await asyncio.sleep(pause)
+            return {"execution": execution, "epoch": run.epoch}
+
+        async def step(name: str, answer: object = None) -> None:
+            if ctx.replaying:
+                journal.write(event="replayed", run=run.id, name=name, epoch=run.epoch)
+            await ctx.step(name, execute, name, answer)
+
+        await step("plan")
+        answer = await ctx.wait_for("go", timeout=WAIT_TIMEOUT)
+        await ctx.sleep(WAIT_SLEEP)
+        await step("answer", answer)
+
+    # A kill costs the run an attempt, and a waiting run is leased three times: some room.
+    policy = RunKindPolicy(name=WAITING_KIND, lease=LEASE, backoff=BACKOFF, retry_budget=5)
+    return RunKind(policy, RecordedSteps(steps))
+
+
 async def serve(args: argparse.Namespace) -> None:
     journal = Journal(Path(args.journal))
     stop = asyncio.Event()
@@ -222,6 +286,7 @@ async def serve(args: argparse.Namespace) -> None:
         [
             fault_kind(runs_ref, journal, args.holder),
             recorded_kind(executions, journal, args.holder),
+            waiting_kind(executions, journal, args.holder),
         ]
     )
     rng = random.Random(args.seed)

@@ -1,5 +1,6 @@
 """The fault run, small: a few hundred runs, one worker SIGKILLed, one PostgreSQL restart; a
-fifth of the runs are of a recorded-steps kind."""
+fifth of the runs are of a recorded-steps kind, and twenty wait for a signal delivered (and
+delivered again) across the kill and the restart."""
 
 from __future__ import annotations
 
@@ -41,3 +42,9 @@ def test_small_fault_run_loses_nothing_and_accepts_no_stale_write() -> None:
     assert int(figures["recorded-steps runs"]) == 60
     assert int(figures["recorded steps replayed without running"]) > 0
     assert figures["recorded steps run twice"] == "0"
+    # The waits workload ran to the end, each signal kept once and its answer acted on once.
+    assert int(figures["waits runs"]) == 20
+    assert figures["waits runs not completed"] == "0"
+    assert figures["signals doubled per id / runs without one signal"] == "0 / 0"
+    assert figures["wait:go recorded twice / another's / unrecorded"] == "0 / 0 / 0"
+    assert figures["wait answers acted on twice"] == "0"
