@@ -40,7 +40,8 @@ async def test_a_signal_delivered_from_the_run_page_resumes_the_waiting_run(
     assert "approval" in text(browser, "#waiting")
 
     browser.get(f"{stack.url}/runs/{run.id}")
-    assert "for signal approval until" in text(browser, "#waiting")
+    assert "for signal approval since " in text(browser, "#waiting")
+    assert " until " in text(browser, "#waiting")
     assert browser.find_element(By.ID, "cancel-run")
     name = browser.find_element(By.ID, "signal-name")
     assert name.get_attribute("value") == "approval"

@@ -96,6 +96,7 @@ async def test_a_wait_gives_the_lease_back_and_a_signal_resumes_it(
     assert (waiting.attempt, waiting.epoch, waiting.holder) == (0, 1, None)
     assert waiting.waiting_for == "approval"
     assert waiting.waiting_until == backend.clock.now() + TIMEOUT
+    assert waiting.waiting_since == backend.clock.now()  # the park's time
     assert waiting.due_at == waiting.waiting_until
     assert await runs.claim(worker.holder) == []  # not due until the signal
     listed = await runs.list_runs(state="waiting")
@@ -106,6 +107,7 @@ async def test_a_wait_gives_the_lease_back_and_a_signal_resumes_it(
     assert delivered.signal.payload == {"ok": True}
     woken = await runs.get(run.id)
     assert woken.waiting_until is None
+    assert woken.waiting_since is None
     assert woken.due_at <= backend.clock.now()
     assert (await runs.list_runs(state="waiting")).runs == []
 

@@ -29,7 +29,8 @@ def test_a_waiting_run_is_listed_shown_signalled_once_and_resumes(postgres_url: 
     listed = json.loads(ok(invoke(postgres_url, "runs", "list", "--state", "waiting", "--json")))
     assert [found["id"] for found in listed["runs"]] == [str(run_id)]
     table = ok(invoke(postgres_url, "runs", "show", str(run_id)))
-    assert "for signal 'approval' until" in table
+    assert "for signal 'approval' since " in table
+    assert waiting["since"] is not None
     assert "waiting: approval" in ok(invoke(postgres_url, "runs", "list", "--state", "waiting"))
 
     sent = invoke(

@@ -192,8 +192,8 @@ async def test_a_run_page_shows_what_a_waiting_run_waits_for(client: AgentRunsCl
         page = (await http.get(f"/runs/{run.id}")).text
         done = (await http.get(f"/runs/{(await _dead(client)).id}")).text
     assert (
-        '<td id="waiting">for signal <code>approval&lt;1&gt;</code> until 2026-03-01 14:00:00'
-        in page
+        '<td id="waiting">for signal <code>approval&lt;1&gt;</code> since 2026-03-01 12:00:00 '
+        "UTC until 2026-03-01 14:00:00" in page
     )
     assert '<td id="waiting">-</td>' in done
 

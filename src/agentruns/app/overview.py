@@ -107,8 +107,8 @@ class ExpiringLease:
 
 @dataclass(frozen=True, slots=True)
 class WaitingRun:
-    """A run that waits: for the signal ``waiting_for`` (``None``: asleep) until
-    ``waiting_until``, when its wait times out (a sleep ends)."""
+    """A run that waits: for the signal ``waiting_for`` (``None``: asleep) since
+    ``waiting_since`` until ``waiting_until``, when its wait times out (a sleep ends)."""
 
     run_id: UUID
     kind: str
@@ -116,6 +116,7 @@ class WaitingRun:
     subject: str
     waiting_for: str | None
     waiting_until: datetime
+    waiting_since: datetime | None = None
 
 
 @dataclass(frozen=True, slots=True)

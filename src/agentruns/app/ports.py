@@ -300,11 +300,17 @@ class RunStore(Protocol):
         ...
 
     async def park(
-        self, tx: Transaction, fence: AgentRunFence, *, waiting_for: str | None, until: datetime
+        self,
+        tx: Transaction,
+        fence: AgentRunFence,
+        *,
+        waiting_for: str | None,
+        until: datetime,
+        since: datetime,
     ) -> AgentRun:
         """A wait or a sleep (ADRs/0025): LEASED -> QUEUED under the fence, no attempt spent,
         due at ``until`` (not before now), waiting for the signal ``waiting_for`` (``None``: a
-        sleep) until ``until``; the run stays its subject's head."""
+        sleep) since ``since`` until ``until``; the run stays its subject's head."""
         ...
 
     async def clear_wait(self, tx: Transaction, fence: AgentRunFence) -> None:

@@ -737,10 +737,13 @@ class AgentRuns:
                     result = signalled(signal)
             resumed = same_wait(run, name)
             until = run.waiting_until if resumed and run.waiting_until else now + longest
+            since = run.waiting_since if resumed and run.waiting_since else now
             if result is None and until <= now:
                 result = TIMED_OUT if name is not None else SLEPT
             if result is None:
-                parked = await self._stores.runs.park(inner, fence, waiting_for=name, until=until)
+                parked = await self._stores.runs.park(
+                    inner, fence, waiting_for=name, until=until, since=since
+                )
                 await handler.on_moved(inner, parked)
                 return None
             record = step_record(step, occurrence, result)

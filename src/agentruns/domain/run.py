@@ -68,7 +68,8 @@ class AgentRun:
     ``waiting_for`` and ``waiting_until`` say what a waiting run waits for (a signal's name;
     ``None`` for a sleep) and until when (ADRs/0025): read by ``get`` and listings, not by the
     claim, renewal or end, so they do not take part in equality either; meaningful while the
-    run is QUEUED (:func:`agentruns.domain.waits.is_waiting`).
+    run is QUEUED (:func:`agentruns.domain.waits.is_waiting`); ``waiting_since`` when that wait
+    began (a resumed wait keeps it), read alike.
     ``result`` is the JSON value its kind ended it with (``None``: none), written with the end
     (ADRs/0026); read by ``get`` and listings only, so it does not take part in equality.
     """
@@ -99,6 +100,7 @@ class AgentRun:
     key: str | None = field(default=None, compare=False)
     waiting_for: str | None = field(default=None, compare=False)
     waiting_until: datetime | None = field(default=None, compare=False)
+    waiting_since: datetime | None = field(default=None, compare=False)
     result: JsonValue = field(default=None, compare=False)
 
     @property

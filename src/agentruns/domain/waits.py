@@ -85,4 +85,6 @@ def wake(run: AgentRun, *, name: str, now: datetime) -> AgentRun | None:
         return None
     if run.waiting_for != name:
         return None
-    return replace(run, due_at=min(run.due_at, now), waiting_for=None, waiting_until=None)
+    return replace(
+        run, due_at=min(run.due_at, now), waiting_for=None, waiting_until=None, waiting_since=None
+    )

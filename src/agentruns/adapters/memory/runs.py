@@ -77,7 +77,7 @@ class MemoryRunStore(RunStore):
         self._stored(tx, run)
         if run.key is None and run.waiting_until is None and run.waiting_for is None:
             return run
-        return replace(run, key=None, waiting_for=None, waiting_until=None)
+        return replace(run, key=None, waiting_for=None, waiting_until=None, waiting_since=None)
 
     def _stored(self, tx: Transaction, run: AgentRun) -> None:
         self.rows.put(tx, run.id, run)
@@ -263,19 +263,29 @@ class MemoryRunStore(RunStore):
         return self._write(tx, run.apply(change))
 
     async def park(
-        self, tx: Transaction, fence: AgentRunFence, *, waiting_for: str | None, until: datetime
+        self,
+        tx: Transaction,
+        fence: AgentRunFence,
+        *,
+        waiting_for: str | None,
+        until: datetime,
+        since: datetime,
     ) -> AgentRun:
         run = await self.require_current(tx, fence)
         now = self._clock.now()
         change = transitions.requeue(
             run, fence, now=now, due_at=until, charged=False, retry_budget=run.attempt
         )
-        parked = replace(run.apply(change), waiting_for=waiting_for, waiting_until=until)
+        parked = replace(
+            run.apply(change), waiting_for=waiting_for, waiting_until=until, waiting_since=since
+        )
         return self._write(tx, parked)
 
     async def clear_wait(self, tx: Transaction, fence: AgentRunFence) -> None:
         run = await self.require_current(tx, fence)
-        self.rows.put(tx, run.id, replace(run, waiting_for=None, waiting_until=None))
+        self.rows.put(
+            tx, run.id, replace(run, waiting_for=None, waiting_until=None, waiting_since=None)
+        )
 
     async def wake(self, tx: Transaction, run_id: UUID, name: str) -> bool:
         self._database.check(tx)

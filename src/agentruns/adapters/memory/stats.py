@@ -242,7 +242,13 @@ class MemoryRunStats(RunStats):
             expired_by_kind=_expired_by_kind(everything, now),
             waiting=tuple(
                 WaitingRun(
-                    run.id, run.kind, run.workspace, run.subject, run.waiting_for, run.waiting_until
+                    run.id,
+                    run.kind,
+                    run.workspace,
+                    run.subject,
+                    run.waiting_for,
+                    run.waiting_until,
+                    run.waiting_since,
                 )
                 for run in waits_now[:waiting]
                 if run.waiting_until is not None

@@ -90,6 +90,7 @@ def run_from_row(row: Row) -> AgentRun:
         # Read by get and list only (ADRs/0025): no statement of the worker loop names them.
         waiting_for=row.get("waiting_for"),
         waiting_until=row.get("waiting_until"),
+        waiting_since=row.get("waiting_since"),
         # Read by get, list and the holder's end only (ADRs/0026).
         result=row.get("result"),
     )
@@ -405,10 +406,21 @@ class PostgresRunStore(RunStore):
         return run
 
     async def park(
-        self, tx: Tx, fence: AgentRunFence, *, waiting_for: str | None, until: datetime
+        self,
+        tx: Tx,
+        fence: AgentRunFence,
+        *,
+        waiting_for: str | None,
+        until: datetime,
+        since: datetime,
     ) -> AgentRun:
         run = await self._one(
-            tx, sql.PARK, waiting_for=waiting_for, until=until, **_fence_params(fence)
+            tx,
+            sql.PARK,
+            waiting_for=waiting_for,
+            until=until,
+            since=since,
+            **_fence_params(fence),
         )
         if run is None:
             await self.refuse_fenced(tx, fence)

@@ -137,6 +137,8 @@ agent_run = Table(
     # wait's give-back, cleared by the signal's wake-up or the wait's resolution (ADRs/0025).
     Column("waiting_for", Text),
     Column("waiting_until", TZ),
+    # When the wait began (kept by a resumed wait that parks again), cleared with the two above.
+    Column("waiting_since", TZ),
     # The JSON value the run ended with (NULL: none), written by the holder's fenced end only
     # (guard_agent_run_result; ADRs/0026).
     Column("result", JSONB),

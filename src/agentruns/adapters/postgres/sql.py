@@ -129,7 +129,8 @@ ORDER BY seq
 """)
 
 GET_RUN = statement(
-    f"SELECT {RUN_COLUMNS}, enqueue_key, waiting_for, waiting_until, result, {NOW} AS now "
+    f"SELECT {RUN_COLUMNS}, enqueue_key, waiting_for, waiting_until, waiting_since, result, "
+    f"{NOW} AS now "
     "FROM agent_run WHERE id = :run_id"
 )
 
@@ -202,7 +203,8 @@ parked AS (
                          due_at = GREATEST(CAST(:until AS timestamptz), clock.now),
                          leased_until = NULL, holder = NULL,
                          waiting_for = CAST(:waiting_for AS text),
-                         waiting_until = CAST(:until AS timestamptz)
+                         waiting_until = CAST(:until AS timestamptz),
+                         waiting_since = CAST(:since AS timestamptz)
     FROM clock WHERE {_FENCE}
     RETURNING {RUN_COLUMNS}
 )
@@ -211,7 +213,7 @@ SELECT * FROM parked
 
 CLEAR_WAIT = statement(f"""
 WITH clock AS (SELECT {NOW} AS now)
-UPDATE agent_run SET waiting_for = NULL, waiting_until = NULL
+UPDATE agent_run SET waiting_for = NULL, waiting_until = NULL, waiting_since = NULL
 FROM clock WHERE {_FENCE}
 RETURNING id
 """)
@@ -222,7 +224,7 @@ WAKE = statement(f"""
 WITH clock AS (SELECT {NOW} AS now),
 woken AS (
     UPDATE agent_run SET due_at = LEAST(due_at, clock.now), waiting_for = NULL,
-                         waiting_until = NULL
+                         waiting_until = NULL, waiting_since = NULL
     FROM clock
     WHERE id = :run_id AND state = 'queued' AND waiting_until IS NOT NULL
       AND waiting_for = :name
@@ -468,11 +470,11 @@ def _list_runs(filters: frozenset[str], state: str | None, success: bool | None)
     else:
         states = list(LIST_STATES) if state is None else [state]
     branches = [
-        f"SELECT {RUN_COLUMNS}, enqueue_key, waiting_for, waiting_until, result "
+        f"SELECT {RUN_COLUMNS}, enqueue_key, waiting_for, waiting_until, waiting_since, result "
         "FROM agent_run WHERE " + " AND ".join([f"state = '{name}'", *where])
         for name in states
     ] or [
-        f"SELECT {RUN_COLUMNS}, enqueue_key, waiting_for, waiting_until, result "
+        f"SELECT {RUN_COLUMNS}, enqueue_key, waiting_for, waiting_until, waiting_since, result "
         "FROM agent_run WHERE false"
     ]
     if len(branches) == 1:

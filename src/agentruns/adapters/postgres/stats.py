@@ -151,7 +151,7 @@ WHERE state = 'queued' AND waiting_until IS NOT NULL GROUP BY workspace
 """)
 
 WAITING_SOONEST = statement("""
-SELECT id, kind, workspace, subject, waiting_for, waiting_until FROM agent_run
+SELECT id, kind, workspace, subject, waiting_for, waiting_until, waiting_since FROM agent_run
 WHERE state = 'queued' AND waiting_until IS NOT NULL
 ORDER BY waiting_until, seq LIMIT :limit
 """)
@@ -322,6 +322,7 @@ class PostgresRunStats(RunStats):
                     row["subject"],
                     row["waiting_for"],
                     row["waiting_until"],
+                    row["waiting_since"],
                 )
                 for row in await fetch(tx, WAITING_SOONEST, {"limit": waiting})
             ),

@@ -296,7 +296,11 @@ def run_summary(shown: AgentRun) -> dict[str, object]:
         "key": shown.key,
         "waiting": None
         if not is_waiting(shown)
-        else {"for": shown.waiting_for, "until": _time(shown.waiting_until)},
+        else {
+            "for": shown.waiting_for,
+            "since": _time(shown.waiting_since),
+            "until": _time(shown.waiting_until),
+        },
         "result": None if shown.result is None else redact_json(shown.result),
         "last_failure": None
         if failure is None
@@ -350,6 +354,7 @@ def _waiting(shown: AgentRun) -> str:
     if not is_waiting(shown) or shown.waiting_until is None:
         return "-"
     until = shown.waiting_until.isoformat()
+    since = "" if shown.waiting_since is None else f" since {shown.waiting_since.isoformat()}"
     if shown.waiting_for is None:
-        return f"asleep until {until}"
-    return f"for signal {shown.waiting_for!r} until {until}"
+        return f"asleep{since} until {until}"
+    return f"for signal {shown.waiting_for!r}{since} until {until}"
