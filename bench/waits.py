@@ -7,9 +7,10 @@
 Each measure runs on a fresh database cloned from the migrated template:
 
 - ``claim``: the claim statement's execution time (EXPLAIN ANALYZE, rolled back, as
-  ``bench.claim_cost`` measures it) over ``--queued`` due runs in 1,000 workspaces, once alone
-  and once beside ``--waiting`` runs that wait (queued, not due: a wait's end a day away, each
-  its subject's head, in the same workspaces). p50 of each, and their ratio (target ≤ 1.2x).
+  ``bench.claim_cost`` measures it) over ``--queued`` due runs in 1,000 workspaces, first alone
+  and then, in the same database, beside ``--waiting`` runs that wait (queued, not due: a wait's
+  end a day away, each its subject's head, in the same workspaces). p50 of each, and their ratio
+  (target ≤ 1.2x).
 - ``wake``: an idle worker (poll interval 5 s, so only a NOTIFY wakes it in time) and
   ``--wakes`` runs one after the other, each signalled once it has given its lease back to wait:
   the time from the signal's call to the wait's return in the run's next epoch, p50 and p95
@@ -77,19 +78,23 @@ SELECT agent_lane_fold();
 """
 
 
-def _claim_p50(server: str, queued: int, waiting: int) -> tuple[float, float]:
-    """The claim's p50 (ms) at limit 1 and 10 over ``queued`` due runs and ``waiting`` waits."""
+def _claim_p50(server: str, queued: int, waiting: int) -> tuple[float, float, float, float]:
+    """The claim's p50 (ms) at limit 1 and 10 over ``queued`` due runs, first alone, then in
+    the same database once ``waiting`` waits were added beside them (so both read one physical
+    layout of the due runs): (alone 1, alone 10, beside 1, beside 10)."""
     with cloned_database(server) as url:
         with psycopg.connect(url, autocommit=True) as connection:
             populate(connection, queued=queued, workspaces=1_000, subjects=queued, leased=500)
-            if waiting:
-                with connection.transaction():
-                    connection.execute("ALTER TABLE agent_run DISABLE TRIGGER USER")
-                    connection.execute(WAITING, {"count": waiting, "workspaces": 1_000})
-                    connection.execute("ALTER TABLE agent_run ENABLE TRIGGER USER")
-                    connection.execute(REFOLD)
-                connection.execute("ANALYZE")
-        return measure(url, queued, 1)[0], measure(url, queued, 10)[0]
+        alone = measure(url, queued, 1)[0], measure(url, queued, 10)[0]
+        with psycopg.connect(url, autocommit=True) as connection:
+            with connection.transaction():
+                connection.execute("ALTER TABLE agent_run DISABLE TRIGGER USER")
+                connection.execute(WAITING, {"count": waiting, "workspaces": 1_000})
+                connection.execute("ALTER TABLE agent_run ENABLE TRIGGER USER")
+                connection.execute(REFOLD)
+            connection.execute("VACUUM ANALYZE agent_run")
+        beside = measure(url, queued, 1)[0], measure(url, queued, 10)[0]
+        return (*alone, *beside)
 
 
 class _Waiter:
@@ -247,8 +252,8 @@ def main() -> None:
     with server_url() as server:
         create_template(server)
         if options.only in (None, "claim"):
-            alone = _claim_p50(server, options.queued, 0)
-            beside = _claim_p50(server, options.queued, options.waiting)
+            figures = _claim_p50(server, options.queued, options.waiting)
+            alone, beside = figures[:2], figures[2:]
             for index, limit in enumerate((1, 10)):
                 print(
                     f"claim limit {limit}: p50 {beside[index]:.2f} ms with {options.waiting:,} "
