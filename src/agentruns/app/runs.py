@@ -339,8 +339,14 @@ class AgentRuns:
         """The run ``new.key`` still names (nothing is written), or ``None``."""
         assert new.key is not None
         holder = await self._stores.runs.key_holder(tx, new.workspace, new.key)
-        if holder is None:
-            return None
+        return None if holder is None else await self._named(tx, new, holder, kept_for)
+
+    async def _named(
+        self, tx: Transaction, new: NewRun, holder: tuple[UUID, datetime], kept_for: timedelta
+    ) -> Enqueued | None:
+        """The run a key's ``holder`` row names, if the key still holds it (the same kind,
+        subject and payload, or KeyConflict); ``None`` past its retention or purged."""
+        assert new.key is not None
         run_id, now = holder
         existing = await self._stores.runs.get(tx, run_id)
         if not keys.held(existing, now, kept_for):
@@ -363,18 +369,9 @@ class AgentRuns:
             holder = await runs.key_holder(tx, new.workspace, new.key)
             if holder is None:
                 continue  # the key went (purged with its run) after the insert saw it
-            run_id, now = holder
-            existing = await runs.get(tx, run_id)
-            if keys.held(existing, now, kept_for):
-                assert existing is not None
-                same = keys.check_same(
-                    existing,
-                    name=new.key,
-                    kind=new.kind,
-                    subject=new.subject,
-                    payload=new.payload,
-                )
-                return Enqueued(same, created=False)
+            found = await self._named(tx, new, holder, kept_for)
+            if found is not None:
+                return found
             return Enqueued(await runs.rekey(tx, new), created=True)
         raise TransactionConflict(f"enqueue key {limits.shown(new.key)} kept moving: try again")
 
