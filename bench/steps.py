@@ -19,12 +19,14 @@ average is printed with every drain. Run it alone: the machine has two cores.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import subprocess
 import sys
 import tempfile
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -111,14 +113,23 @@ def compare(server: BenchServer, a: Side, b: Side, rounds: int, runs: int) -> No
                 server.drop_database(url)
 
 
-def worktree(revision: str) -> Path:
+@contextlib.contextmanager
+def worktree(revision: str) -> Iterator[Path]:
+    """``revision`` checked out in a temporary worktree, removed when the block ends."""
     place = Path(tempfile.mkdtemp(prefix="agentruns-base-"))
     subprocess.run(
         ["git", "-C", str(REPO), "worktree", "add", "--detach", str(place), revision],
         check=True,
         capture_output=True,
     )
-    return place
+    try:
+        yield place
+    finally:
+        subprocess.run(
+            ["git", "-C", str(REPO), "worktree", "remove", "--force", str(place)],
+            check=False,
+            capture_output=True,
+        )
 
 
 def row(name: str, target: str, a: Side, b: Side) -> str:
@@ -148,19 +159,12 @@ def main() -> None:
             compare(server, recorded, plain, args.rounds, args.runs)
             lines.append(row("one recorded step vs one plain step", "≥ 0.85x", recorded, plain))
         if args.only != "recorded":
-            base_tree = worktree(args.base)
-            try:
+            with worktree(args.base) as base_tree:
                 print(f"regression: the plain loop of this tree vs {args.base}'s")
                 today = Side("this tree, plain", REPO, "plain")
                 base = Side(f"{args.base}, plain", base_tree, "plain")
                 compare(server, today, base, args.rounds, args.runs)
                 lines.append(row(f"plain loop vs {args.base}'s", "≥ 0.95x", today, base))
-            finally:
-                subprocess.run(
-                    ["git", "-C", str(REPO), "worktree", "remove", "--force", str(base_tree)],
-                    check=False,
-                    capture_output=True,
-                )
         version = server.version()
     load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
     text = "\n".join(

@@ -35,7 +35,6 @@ import multiprocessing
 import os
 import random
 import statistics
-import subprocess
 import time
 from collections import Counter
 from datetime import UTC, datetime, timedelta
@@ -311,27 +310,19 @@ def main() -> None:
                 f"({sent['created']:,.0f} in all) |"
             )
     if options.only in (None, "loop"):
-        with bench_server(None) as bench:
-            base_tree = steps.worktree(options.base)
-            try:
-                print(f"loop: the plain worker loop of this tree vs {options.base}'s")
-                today = steps.Side("this tree, plain", steps.REPO, "plain")
-                base = steps.Side(f"{options.base}, plain", base_tree, "plain")
-                steps.compare(bench, today, base, options.rounds, options.runs)
-                ratio = today.median_rate() / base.median_rate()
-                rows.append(
-                    f"| worker loop with no waits vs {options.base} (before the waits), "
-                    f"{options.rounds} alternating drains of {options.runs:,} runs | ≥ 0.95x | "
-                    f"**{ratio:.2f}x** ({today.median_rate():,.0f} vs {base.median_rate():,.0f} "
-                    f"runs/s; worker CPU {today.median_cpu():.0f} vs {base.median_cpu():.0f} "
-                    f"µs/run) |"
-                )
-            finally:
-                subprocess.run(
-                    ["git", "-C", str(steps.REPO), "worktree", "remove", "--force", str(base_tree)],
-                    check=False,
-                    capture_output=True,
-                )
+        with bench_server(None) as bench, steps.worktree(options.base) as base_tree:
+            print(f"loop: the plain worker loop of this tree vs {options.base}'s")
+            today = steps.Side("this tree, plain", steps.REPO, "plain")
+            base = steps.Side(f"{options.base}, plain", base_tree, "plain")
+            steps.compare(bench, today, base, options.rounds, options.runs)
+            ratio = today.median_rate() / base.median_rate()
+            rows.append(
+                f"| worker loop with no waits vs {options.base} (before the waits), "
+                f"{options.rounds} alternating drains of {options.runs:,} runs | ≥ 0.95x | "
+                f"**{ratio:.2f}x** ({today.median_rate():,.0f} vs {base.median_rate():,.0f} "
+                f"runs/s; worker CPU {today.median_cpu():.0f} vs {base.median_cpu():.0f} "
+                f"µs/run) |"
+            )
     load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
     text = "\n".join(
         [
