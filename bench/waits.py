@@ -2,15 +2,17 @@
 
     .venv/bin/python -m bench.waits [--waiting 100000] [--queued 10000] [--wakes 50]
                                     [--signals 10000] [--clients 8] [--base c8e1c72]
-                                    [--rounds 6] [--runs 20000] [--only ROW] [--no-results]
+                                    [--rounds 6] [--runs 20000] [--claim-rounds 9] [--only ROW]
+                                    [--no-results]
 
 Each measure runs on a fresh database cloned from the migrated template:
 
-- ``claim``: the claim statement's execution time (EXPLAIN ANALYZE, rolled back, as
-  ``bench.claim_cost`` measures it) over ``--queued`` due runs in 1,000 workspaces, first alone
-  and then, in the same database, beside ``--waiting`` runs that wait (queued, not due: a wait's
-  end a day away, each its subject's head, in the same workspaces). p50 of each, and their ratio
-  (target ≤ 1.2x).
+- ``claim``: the claim statement's execution time and buffers (EXPLAIN ANALYZE, rolled back,
+  as ``bench.claim_cost`` measures it) over ``--queued`` due runs in 1,000 workspaces, in one
+  database alone and in another populated alike beside ``--waiting`` runs that wait (parked, a
+  wait's end a day away, each its subject's head, in the same workspaces), ``--claim-rounds``
+  rounds alternating the two: p50 of each side's round medians, and their ratio (target
+  ≤ 1.2x).
 - ``wake``: an idle worker (poll interval 5 s, so only a NOTIFY wakes it in time) and
   ``--wakes`` runs one after the other, each signalled once it has given its lease back to wait:
   the time from the signal's call to the wait's return in the run's next epoch, p50 and p95
@@ -37,6 +39,7 @@ import random
 import statistics
 import time
 from collections import Counter
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from uuid import UUID
 
@@ -58,16 +61,16 @@ from tests.postgres_server import cloned_database, create_template, server_url
 
 # The waiting runs, beside the population's: each on a subject of its own (its head), in the
 # population's workspaces, waiting a day for the signal "go", written as a wait's give-back
-# leaves a run (queued, due at the wait's end). The lanes are folded again afterwards, as the
-# population's bookkeeping folds them.
+# leaves a run (queued, due at the wait's end, parked: ADRs/0029). The lanes are folded again
+# afterwards, as the population's bookkeeping folds them.
 WAITING = """
 INSERT INTO agent_run (id, kind, workspace, subject, band, payload, state, epoch, attempt, seq,
                        enqueued_at, due_at, lease, head, claimed_at, waiting_for,
-                       waiting_until)
+                       waiting_until, parked)
 SELECT gen_random_uuid(), 'chat', 'ws-' || (g %% %(workspaces)s), 'waiting-' || g, g %% 3, '{}',
        'queued', 1, 0, nextval('agent_run_seq'), now() - interval '1 hour',
        now() + interval '1 day', interval '30 seconds', true, now() - interval '1 hour', 'go',
-       now() + interval '1 day'
+       now() + interval '1 day', true
 FROM generate_series(1, %(count)s) AS g
 """
 
@@ -77,31 +80,49 @@ SELECT agent_lane_fold();
 """
 
 
-def _claim_p50(
-    server: str, queued: int, waiting: int
-) -> tuple[tuple[float, float], tuple[float, float], tuple[float, float], tuple[float, float]]:
-    """The claim's (p50, best) in ms at limit 1 and 10 over ``queued`` due runs, first alone,
-    then in the same database once ``waiting`` waits were added beside them (so both read one
-    physical layout of the due runs): (alone 1, alone 10, beside 1, beside 10)."""
-    with cloned_database(server) as url:
-        with psycopg.connect(url, autocommit=True) as connection:
-            populate(connection, queued=queued, workspaces=1_000, subjects=queued, leased=500)
-            connection.execute("VACUUM ANALYZE agent_run")  # as the other side gets it
-        alone = _timed(url, queued, 1), _timed(url, queued, 10)
-        with psycopg.connect(url, autocommit=True) as connection:
-            with connection.transaction():
-                connection.execute("ALTER TABLE agent_run DISABLE TRIGGER USER")
-                connection.execute(WAITING, {"count": waiting, "workspaces": 1_000})
-                connection.execute("ALTER TABLE agent_run ENABLE TRIGGER USER")
-                connection.execute(REFOLD)
-            connection.execute("VACUUM ANALYZE agent_run")
-        beside = _timed(url, queued, 1), _timed(url, queued, 10)
-        return (*alone, *beside)
+def _claim_p50(server: str, queued: int, waiting: int, rounds: int) -> dict[int, _Sides]:
+    """Per limit (1 and 10), the claim over ``queued`` due runs in one database and beside
+    ``waiting`` waits in another populated alike: ``rounds`` rounds, each measuring one side
+    then the other (15 claims each), so a change of the machine's pace between rounds falls on
+    both sides alike."""
+    with cloned_database(server) as alone_url, cloned_database(server) as beside_url:
+        for url, waits in ((alone_url, 0), (beside_url, waiting)):
+            with psycopg.connect(url, autocommit=True) as connection:
+                populate(connection, queued=queued, workspaces=1_000, subjects=queued, leased=500)
+                if waits:
+                    with connection.transaction():
+                        connection.execute("ALTER TABLE agent_run DISABLE TRIGGER USER")
+                        connection.execute(WAITING, {"count": waits, "workspaces": 1_000})
+                        connection.execute("ALTER TABLE agent_run ENABLE TRIGGER USER")
+                        connection.execute(REFOLD)
+                connection.execute("VACUUM ANALYZE agent_run")
+        sides = {limit: _Sides() for limit in (1, 10)}
+        for _ in range(rounds):
+            for limit, side in sides.items():
+                for url, times, blocks in (
+                    (alone_url, side.alone, side.alone_blocks),
+                    (beside_url, side.beside, side.beside_blocks),
+                ):
+                    median, buffers, _best = measure(url, queued, limit)
+                    times.append(median)
+                    blocks.append(buffers)
+        return sides
 
 
-def _timed(url: str, queued: int, limit: int) -> tuple[float, float]:
-    median, _, best = measure(url, queued, limit)
-    return median, best
+@dataclass
+class _Sides:
+    """One limit's per-round claim medians (ms) and buffers, alone and beside the waits."""
+
+    alone: list[float] = field(default_factory=list)
+    beside: list[float] = field(default_factory=list)
+    alone_blocks: list[int] = field(default_factory=list)
+    beside_blocks: list[int] = field(default_factory=list)
+
+    def ratio(self) -> float:
+        return statistics.median(self.beside) / statistics.median(self.alone)
+
+    def round_ratios(self) -> list[float]:
+        return [b / a for a, b in zip(self.alone, self.beside, strict=True)]
 
 
 class _Waiter:
@@ -251,6 +272,7 @@ def main() -> None:
     parser.add_argument("--base", default="c8e1c72", help="the revision before the waits")
     parser.add_argument("--rounds", type=int, default=6, help="drains per side of the loop row")
     parser.add_argument("--runs", type=int, default=20_000, help="runs per drain of the loop row")
+    parser.add_argument("--claim-rounds", type=int, default=9, help="rounds of the claim row")
     parser.add_argument("--only", choices=("claim", "wake", "signals", "loop"))
     parser.add_argument("--no-results", action="store_true")
     options = parser.parse_args()
@@ -259,22 +281,27 @@ def main() -> None:
     with server_url() as server:
         create_template(server)
         if options.only in (None, "claim"):
-            figures = _claim_p50(server, options.queued, options.waiting)
-            alone, beside = figures[:2], figures[2:]
-            for index, limit in enumerate((1, 10)):
-                (p50, best), (p50_alone, best_alone) = beside[index], alone[index]
+            sides = _claim_p50(server, options.queued, options.waiting, options.claim_rounds)
+            for limit, side in sides.items():
+                spread = ", ".join(f"{ratio:.2f}" for ratio in side.round_ratios())
                 print(
-                    f"claim limit {limit}: p50 {p50:.2f} ms with {options.waiting:,} waiting vs "
-                    f"{p50_alone:.2f} ms with none ({p50 / p50_alone:.2f}x); best {best:.2f} vs "
-                    f"{best_alone:.2f} ms ({best / best_alone:.2f}x); {options.queued:,} due",
+                    f"claim limit {limit}: p50 {statistics.median(side.beside):.2f} ms with "
+                    f"{options.waiting:,} waiting vs {statistics.median(side.alone):.2f} ms with "
+                    f"none ({side.ratio():.2f}x; per round {spread}); buffers "
+                    f"{statistics.median(side.beside_blocks):.0f} vs "
+                    f"{statistics.median(side.alone_blocks):.0f}; {options.queued:,} due",
                     flush=True,
                 )
+            one, ten = sides[1], sides[10]
             rows.append(
                 f"| claim p50 with {options.waiting:,} runs waiting vs with none "
-                f"({options.queued:,} due runs, 1,000 workspaces), limit 1 / 10 | ≤ 1.2x | "
-                f"**{beside[0][0] / alone[0][0]:.2f}x** / **{beside[1][0] / alone[1][0]:.2f}x** "
-                f"(best of 15: {beside[0][1] / alone[0][1]:.2f}x / "
-                f"{beside[1][1] / alone[1][1]:.2f}x) |"
+                f"({options.queued:,} due runs, 1,000 workspaces; {options.claim_rounds} "
+                f"alternating rounds of 15 claims), limit 1 / 10 | ≤ 1.2x | "
+                f"**{one.ratio():.2f}x** / **{ten.ratio():.2f}x** (buffers "
+                f"{statistics.median(one.beside_blocks):.0f} vs "
+                f"{statistics.median(one.alone_blocks):.0f} / "
+                f"{statistics.median(ten.beside_blocks):.0f} vs "
+                f"{statistics.median(ten.alone_blocks):.0f}) |"
             )
         if options.only in (None, "wake"):
             with cloned_database(server) as url:

@@ -199,6 +199,48 @@ async def test_a_timeout_raises_where_the_kind_waits(
         await runs.signal(left.id, "approval", None)
 
 
+@pytest.mark.parametrize("claimer", ["all kinds", "some kinds", "a subject"])
+async def test_every_claim_takes_a_wait_whose_end_has_passed(
+    runs: AgentRuns, worker: Worker, backend: Backend, approver: Approver, claimer: str
+) -> None:
+    """A wait or a sleep is kept out of the claims while it lasts (ADRs/0029), and each way of
+    claiming takes it once its end has passed: a worker's claim of every kind, a claim of some
+    kinds once another kind was seen, and a sandbox's claim of its subject."""
+    waiting = await runs.enqueue("approve", workspace="acme", subject="a", payload={"catch": True})
+    asleep = await runs.enqueue("napper", workspace="acme", subject="b")
+    assert await drive_one(runs, worker) is RunOutcome.WAITING
+    assert await drive_one(runs, worker) is RunOutcome.WAITING
+    if claimer == "some kinds":
+        await runs.enqueue("chat", workspace="other", subject="c")  # a kind outside the claim
+    ours = ["approve", "napper"]
+
+    async def claim() -> list[AgentRun]:
+        if claimer == "all kinds":
+            return await runs.claim(worker.holder, limit=2)
+        if claimer == "some kinds":
+            return await runs.claim(worker.holder, limit=2, kinds=ours)
+        found = [
+            await runs.claim_subject(worker.holder, "acme", subject, kinds=ours)
+            for subject in ("a", "b")
+        ]
+        return [run for run in found if run is not None]
+
+    backend.clock.advance(NAP - timedelta(seconds=1))
+    assert await claim() == []
+    backend.clock.advance(timedelta(seconds=1))  # the sleep ends; the wait goes on
+    [woke] = await claim()
+    assert woke.id == asleep.id
+    assert await worker.drive(woke) is RunOutcome.COMPLETED
+    backend.clock.advance(TIMEOUT - NAP - timedelta(seconds=1))
+    assert await claim() == []
+    backend.clock.advance(timedelta(seconds=1))  # the wait times out
+    [timed_out] = await claim()
+    assert (timed_out.id, timed_out.epoch, timed_out.attempt) == (waiting.id, 2, 0)
+    assert await worker.drive(timed_out) is RunOutcome.COMPLETED
+    assert approver.got == ["timed out"]
+    assert approver.calls.count((2, "report")) == 2
+
+
 async def test_a_sleep_gives_the_lease_back_until_its_end(
     runs: AgentRuns, worker: Worker, backend: Backend, approver: Approver
 ) -> None:

@@ -74,6 +74,10 @@ WAKE = (
     "UPDATE agent_run SET due_at = now(), waiting_for = NULL, waiting_until = NULL "
     "WHERE id = %(run)s"
 )
+# A give-back whose wait's end is to come parks the run; the claim after its end offers it again
+# (ADRs/0029).
+PARKED = PARK.replace("SET ", "SET parked = true, ")
+OFFER = "UPDATE agent_run SET parked = false WHERE id = %(run)s"
 
 
 def _job(
@@ -97,6 +101,7 @@ STARTS = {
     "counted ahead": (CLAIM, EVENT.format(epoch=CURRENT), COUNT_ONE_MORE),
     "queued-job": (_job(),),
     "waiting": (CLAIM, PARK),
+    "parked": (CLAIM, PARKED),
 }
 
 
@@ -117,6 +122,15 @@ ILLEGAL = {
     "waiting run whose wait is moved, not ended": Illegal(
         "waiting",
         "UPDATE agent_run SET waiting_until = now() WHERE id = %(run)s",
+        "guard_agent_run",
+    ),
+    "parked run leased": Illegal("parked", CLAIM, "guard_agent_run_leased"),
+    "queued run parked without a give-back": Illegal(
+        "queued", "UPDATE agent_run SET parked = true WHERE id = %(run)s", "guard_agent_run"
+    ),
+    "parked run offered with its wait's end moved": Illegal(
+        "parked",
+        "UPDATE agent_run SET parked = false, waiting_until = now() WHERE id = %(run)s",
         "guard_agent_run",
     ),
     "waiting run woken into a lease without a claim": Illegal(
@@ -491,6 +505,20 @@ def test_a_wait_and_its_wake_up_are_legal(db: Db) -> None:
         "SELECT state, epoch, attempt, waiting_until FROM agent_run WHERE id = %(run)s", params
     )
     assert row.fetchone() == ("leased", 2, 0, None)
+
+
+def test_a_parked_wait_is_offered_again_and_claimed(db: Db) -> None:
+    """ADRs/0029: the claim after a wait's end clears ``parked`` alone (a queued -> queued
+    write), and the next claim leases the run unparked; a wake-up may clear it with the wait."""
+    for offer in (OFFER, WAKE.replace("SET ", "SET parked = false, ")):
+        run = _start(db, "parked")
+        params = {"run": run}
+        db.execute(offer, params)
+        db.execute(CLAIM, params)
+        row = db.execute(
+            "SELECT state, epoch, attempt, parked FROM agent_run WHERE id = %(run)s", params
+        )
+        assert row.fetchone() == ("leased", 2, 0, False)
 
 
 def test_a_lease_moved_into_the_past_is_legal_and_fences_nothing_else(db: Db) -> None:

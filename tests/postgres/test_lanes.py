@@ -37,11 +37,11 @@ SELECT w.id, w.leased,
        b0.due_at, b0.seq, b1.due_at, b1.seq, b2.due_at, b2.seq
 FROM agent_workspace w
 LEFT JOIN LATERAL (SELECT due_at, seq FROM agent_run WHERE workspace = w.id AND band = 0
-    AND state = 'queued' AND head ORDER BY due_at, seq LIMIT 1) b0 ON true
+    AND state = 'queued' AND head AND NOT parked ORDER BY due_at, seq LIMIT 1) b0 ON true
 LEFT JOIN LATERAL (SELECT due_at, seq FROM agent_run WHERE workspace = w.id AND band = 1
-    AND state = 'queued' AND head ORDER BY due_at, seq LIMIT 1) b1 ON true
+    AND state = 'queued' AND head AND NOT parked ORDER BY due_at, seq LIMIT 1) b1 ON true
 LEFT JOIN LATERAL (SELECT due_at, seq FROM agent_run WHERE workspace = w.id AND band = 2
-    AND state = 'queued' AND head ORDER BY due_at, seq LIMIT 1) b2 ON true
+    AND state = 'queued' AND head AND NOT parked ORDER BY due_at, seq LIMIT 1) b2 ON true
 ORDER BY w.id
 """
 

@@ -142,6 +142,9 @@ agent_run = Table(
     # The JSON value the run ended with (NULL: none), written by the holder's fenced end only
     # (guard_agent_run_result; ADRs/0026).
     Column("result", JSONB),
+    # A wait or a sleep whose end has not passed (ADRs/0029): out of the claim's index until the
+    # first claim after its end, or its signal's wake-up, offers it again. Never on a leased run.
+    Column("parked", Boolean, nullable=False, server_default=text("false")),
     CheckConstraint("state IN ('queued', 'leased', 'ended')", name="ck_agent_run_state"),
     CheckConstraint("band BETWEEN 0 AND 2", name="ck_agent_run_band"),
     CheckConstraint("epoch >= 0 AND attempt >= 0", name="ck_agent_run_counts"),

@@ -196,10 +196,12 @@ SELECT * FROM requeued
 
 # A wait or a sleep (ADRs/0025): the lease given back under the fence, no attempt spent, the run
 # due at the wait's end and still its subject's head (the requeue's write, and what it waits for).
+# Parked until that end (ADRs/0029): out of the claim's index, offered again by the first claim
+# after its end, or by its signal's wake-up.
 PARK = statement(f"""
 WITH clock AS (SELECT {NOW} AS now),
 parked AS (
-    UPDATE agent_run SET state = 'queued',
+    UPDATE agent_run SET state = 'queued', parked = CAST(:until AS timestamptz) > clock.now,
                          due_at = GREATEST(CAST(:until AS timestamptz), clock.now),
                          leased_until = NULL, holder = NULL,
                          waiting_for = CAST(:waiting_for AS text),
@@ -224,7 +226,7 @@ WAKE = statement(f"""
 WITH clock AS (SELECT {NOW} AS now),
 woken AS (
     UPDATE agent_run SET due_at = LEAST(due_at, clock.now), waiting_for = NULL,
-                         waiting_until = NULL, waiting_since = NULL
+                         waiting_until = NULL, waiting_since = NULL, parked = false
     FROM clock
     WHERE id = :run_id AND state = 'queued' AND waiting_until IS NOT NULL
       AND waiting_for = :name
@@ -520,7 +522,7 @@ _CLAIMED = f"""
 , claimed AS (
     UPDATE agent_run r SET state = 'leased', epoch = r.epoch + 1,
                            leased_until = clock.now + r.lease, holder = :holder,
-                           claimed_at = clock.now
+                           claimed_at = clock.now, parked = false
     FROM picked, clock WHERE r.id = picked.id
     RETURNING {_R_COLUMNS}, picked.claim_band, picked.claim_load
 )
@@ -564,7 +566,7 @@ heads AS (
     CROSS JOIN LATERAL (
         SELECT r.id, r.band, r.due_at, r.seq FROM agent_run r
         WHERE r.workspace = w.id AND r.band = b.band AND r.state = 'queued' AND r.head
-          AND r.due_at <= clock.now AND r.kind = ANY(CAST(:kinds AS text[]))
+          AND NOT r.parked AND r.due_at <= clock.now AND r.kind = ANY(CAST(:kinds AS text[]))
         ORDER BY r.due_at, r.seq LIMIT :limit) c
 ),
 ranked AS (

@@ -11,6 +11,10 @@
 -- rank a wider pool for the rest. The leases taken reach their lanes through the ledger, folded
 -- by the next claim.
 --
+-- A waiting run is parked (ADRs/0029): out of ix_agent_run_offered, so neither the ranking nor
+-- the lanes' fold reads it while it waits; the claim first offers again the waits whose end has
+-- passed (a signal's wake-up offers its run itself).
+--
 -- The pool starts at p_limit + 8: concurrent claimers rank the same first heads, and a claimer
 -- that finds the first candidates locked takes the next ones in claim order from the same pass.
 
@@ -52,6 +56,19 @@ DECLARE
     more_bands integer[];
     more_loads bigint[];
 BEGIN
+    -- A wait whose end has passed is offered again first, whatever the limit (a claim of some
+    -- kinds calls this with none before its own read): one probe of ix_agent_run_parked when
+    -- no wait has ended. The lanes hear of it through the ledger, folded below.
+    IF EXISTS (SELECT 1 FROM agent_run p
+               WHERE p.state = 'queued' AND p.parked AND p.waiting_until <= now_) THEN
+        UPDATE agent_run r SET parked = false
+        WHERE r.id = ANY (ARRAY(
+            SELECT p.id FROM agent_run p
+            WHERE p.state = 'queued' AND p.parked AND p.waiting_until <= now_
+            ORDER BY p.waiting_until LIMIT 1000
+            FOR UPDATE SKIP LOCKED))
+          AND r.state = 'queued' AND r.parked;
+    END IF;
     IF p_limit < 1 THEN
         RETURN;
     END IF;
@@ -84,17 +101,17 @@ BEGIN
     LEFT JOIN LATERAL (
         SELECT h.due_at, h.seq FROM agent_run h
         WHERE s.bands & 1 <> 0 AND h.workspace = s.workspace AND h.band = 0
-          AND h.state = 'queued' AND h.head
+          AND h.state = 'queued' AND h.head AND NOT h.parked
         ORDER BY h.due_at, h.seq LIMIT 1) b0 ON true
     LEFT JOIN LATERAL (
         SELECT h.due_at, h.seq FROM agent_run h
         WHERE s.bands & 2 <> 0 AND h.workspace = s.workspace AND h.band = 1
-          AND h.state = 'queued' AND h.head
+          AND h.state = 'queued' AND h.head AND NOT h.parked
         ORDER BY h.due_at, h.seq LIMIT 1) b1 ON true
     LEFT JOIN LATERAL (
         SELECT h.due_at, h.seq FROM agent_run h
         WHERE s.bands & 4 <> 0 AND h.workspace = s.workspace AND h.band = 2
-          AND h.state = 'queued' AND h.head
+          AND h.state = 'queued' AND h.head AND NOT h.parked
         ORDER BY h.due_at, h.seq LIMIT 1) b2 ON true
     WHERE w.id = s.workspace AND w.id = ANY (ARRAY(SELECT workspace FROM summed))
       AND (s.k <> 0 OR s.bands <> 0);
@@ -167,7 +184,7 @@ BEGIN
                            row_number() OVER (ORDER BY r.due_at, r.seq) AS n
                     FROM agent_run r
                     WHERE r.workspace = c.id AND r.band = b.band AND r.state = 'queued' AND r.head
-                      AND r.due_at <= now_
+                      AND NOT r.parked AND r.due_at <= now_
                     ORDER BY r.due_at, r.seq LIMIT q.m) h
             ),
             keyed AS (
@@ -206,7 +223,7 @@ BEGIN
             ORDER BY c.ord LIMIT p_limit - cardinality(ids)
         ) p;
         UPDATE agent_run r SET state = 'leased', epoch = r.epoch + 1,
-            leased_until = now_ + r.lease, holder = p_holder, claimed_at = now_
+            leased_until = now_ + r.lease, holder = p_holder, claimed_at = now_, parked = false
         WHERE r.id = ANY (more);
         ids := ids || more;
         bands := bands || more_bands;

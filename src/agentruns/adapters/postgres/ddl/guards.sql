@@ -7,9 +7,10 @@
 --
 -- Refusals are check violations named after their rule:
 --   guard_agent_run            the state table (queued -> leased | ended, leased -> leased |
---                              queued | ended, queued -> queued only to become the head or to
---                              wake from a wait: ADRs/0025) and the run's identity (id, kind,
---                              workspace, subject);
+--                              queued | ended, queued -> queued only to become the head, to
+--                              wake from a wait (ADRs/0025) or to offer a parked wait again
+--                              (ADRs/0029); a leased run is never parked) and the run's identity
+--                              (id, kind, workspace, subject);
 --   guard_agent_run_epoch      a claim takes exactly the next epoch; nothing else changes it;
 --   guard_agent_run_holder     the holder changes only with a claim, or is cleared by a requeue;
 --   guard_agent_run_attempt    an attempt is spent only by a lease going back to the queue;
@@ -60,6 +61,9 @@ BEGIN
              OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NEW.head AND NOT OLD.head)
              OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NEW.head = OLD.head
                  AND OLD.waiting_until IS NOT NULL AND NEW.waiting_until IS NULL)
+             OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NEW.head = OLD.head
+                 AND OLD.parked AND NOT NEW.parked
+                 AND NEW.waiting_until IS NOT DISTINCT FROM OLD.waiting_until)
              OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended')))
         AND NEW.epoch = OLD.epoch + (OLD.state = 'queued' AND NEW.state = 'leased')::integer
         AND (NEW.holder IS NOT DISTINCT FROM OLD.holder OR NEW.state = 'queued'
@@ -70,7 +74,7 @@ BEGIN
              OR (NEW.events = OLD.events + 1 AND OLD.state = 'leased' AND NEW.state = 'leased'))
         AND CASE NEW.state
             WHEN 'leased' THEN NEW.leased_until IS NOT NULL AND NEW.holder IS NOT NULL
-                AND NEW.end_reason IS NULL AND NEW.ended_at IS NULL
+                AND NEW.end_reason IS NULL AND NEW.ended_at IS NULL AND NOT NEW.parked
             WHEN 'queued' THEN NEW.leased_until IS NULL AND NEW.holder IS NULL
                 AND NEW.end_reason IS NULL AND NEW.ended_at IS NULL
             ELSE NEW.ended_at IS NOT NULL AND NEW.leased_until IS NULL
@@ -88,6 +92,9 @@ BEGIN
             OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NEW.head AND NOT OLD.head)
             OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NEW.head = OLD.head
                 AND OLD.waiting_until IS NOT NULL AND NEW.waiting_until IS NULL)
+            OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NEW.head = OLD.head
+                AND OLD.parked AND NOT NEW.parked
+                AND NEW.waiting_until IS NOT DISTINCT FROM OLD.waiting_until)
             OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended'))) THEN
         RAISE EXCEPTION 'agent_run %: illegal transition % -> %', OLD.id, OLD.state, NEW.state
             USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run';
@@ -118,7 +125,7 @@ BEGIN
             USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_reason';
     END IF;
     RAISE EXCEPTION 'agent_run %: a % run has %', OLD.id, NEW.state,
-        CASE NEW.state WHEN 'leased' THEN 'a holder and a lease, and no end'
+        CASE NEW.state WHEN 'leased' THEN 'a holder and a lease, no end, and no parked wait'
                        WHEN 'queued' THEN 'no holder, lease or end'
                        ELSE 'a reason and an end time, and no lease' END
         USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run_' || NEW.state;
@@ -134,6 +141,9 @@ CREATE TRIGGER guard_agent_run BEFORE UPDATE ON agent_run FOR EACH ROW
              OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NEW.head AND NOT OLD.head)
              OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NEW.head = OLD.head
                  AND OLD.waiting_until IS NOT NULL AND NEW.waiting_until IS NULL)
+             OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NEW.head = OLD.head
+                 AND OLD.parked AND NOT NEW.parked
+                 AND NEW.waiting_until IS NOT DISTINCT FROM OLD.waiting_until)
              OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended')))
         AND NEW.epoch = OLD.epoch + (OLD.state = 'queued' AND NEW.state = 'leased')::integer
         AND (NEW.holder IS NOT DISTINCT FROM OLD.holder OR NEW.state = 'queued'
@@ -144,7 +154,7 @@ CREATE TRIGGER guard_agent_run BEFORE UPDATE ON agent_run FOR EACH ROW
              OR (NEW.events = OLD.events + 1 AND OLD.state = 'leased' AND NEW.state = 'leased'))
         AND CASE NEW.state
             WHEN 'leased' THEN NEW.leased_until IS NOT NULL AND NEW.holder IS NOT NULL
-                AND NEW.end_reason IS NULL AND NEW.ended_at IS NULL
+                AND NEW.end_reason IS NULL AND NEW.ended_at IS NULL AND NOT NEW.parked
             WHEN 'queued' THEN NEW.leased_until IS NULL AND NEW.holder IS NULL
                 AND NEW.end_reason IS NULL AND NEW.ended_at IS NULL
             ELSE NEW.ended_at IS NOT NULL AND NEW.leased_until IS NULL

@@ -20,8 +20,11 @@ ALTER TABLE agent_run SET (fillfactor = 80);
 ALTER TABLE agent_workspace SET (fillfactor = 50);
 
 CREATE UNIQUE INDEX uq_agent_run_head ON agent_run (workspace, subject) WHERE head;
+-- A parked run (a wait or a sleep that has not ended: ADRs/0029) is not offered, whatever the
+-- number of them; the claim finds the parked runs whose wait has ended by the second index.
 CREATE INDEX ix_agent_run_offered ON agent_run (workspace, band, due_at, seq)
-    WHERE state = 'queued' AND head;
+    WHERE state = 'queued' AND head AND NOT parked;
+CREATE INDEX ix_agent_run_parked ON agent_run (waiting_until) WHERE state = 'queued' AND parked;
 CREATE INDEX ix_agent_run_waiting ON agent_run (workspace, subject, seq)
     WHERE state = 'queued' AND NOT head;
 -- The reaper finds expired leases here (the expiry itself is not indexed: see above).
@@ -75,17 +78,17 @@ AS $$
     LEFT JOIN LATERAL (
         SELECT h.due_at, h.seq FROM agent_run h
         WHERE s.bands & 1 <> 0 AND h.workspace = s.workspace AND h.band = 0
-          AND h.state = 'queued' AND h.head
+          AND h.state = 'queued' AND h.head AND NOT h.parked
         ORDER BY h.due_at, h.seq LIMIT 1) b0 ON true
     LEFT JOIN LATERAL (
         SELECT h.due_at, h.seq FROM agent_run h
         WHERE s.bands & 2 <> 0 AND h.workspace = s.workspace AND h.band = 1
-          AND h.state = 'queued' AND h.head
+          AND h.state = 'queued' AND h.head AND NOT h.parked
         ORDER BY h.due_at, h.seq LIMIT 1) b1 ON true
     LEFT JOIN LATERAL (
         SELECT h.due_at, h.seq FROM agent_run h
         WHERE s.bands & 4 <> 0 AND h.workspace = s.workspace AND h.band = 2
-          AND h.state = 'queued' AND h.head
+          AND h.state = 'queued' AND h.head AND NOT h.parked
         ORDER BY h.due_at, h.seq LIMIT 1) b2 ON true
     WHERE w.id = s.workspace AND w.id = ANY (ARRAY(SELECT workspace FROM summed))
       AND (s.k <> 0 OR s.bands <> 0)
