@@ -2,7 +2,7 @@
 
     .venv/bin/python -m bench.waits [--waiting 100000] [--queued 10000] [--wakes 50]
                                     [--signals 10000] [--clients 8] [--base c8e1c72]
-                                    [--rounds 6] [--runs 20000] [--claim-rounds 9] [--only ROW]
+                                    [--rounds 6] [--runs 20000] [--claim-rounds 41] [--only ROW]
                                     [--no-results]
 
 Each measure runs on a fresh database cloned from the migrated template:
@@ -272,7 +272,7 @@ def main() -> None:
     parser.add_argument("--base", default="c8e1c72", help="the revision before the waits")
     parser.add_argument("--rounds", type=int, default=6, help="drains per side of the loop row")
     parser.add_argument("--runs", type=int, default=20_000, help="runs per drain of the loop row")
-    parser.add_argument("--claim-rounds", type=int, default=9, help="rounds of the claim row")
+    parser.add_argument("--claim-rounds", type=int, default=41, help="rounds of the claim row")
     parser.add_argument("--only", choices=("claim", "wake", "signals", "loop"))
     parser.add_argument("--no-results", action="store_true")
     options = parser.parse_args()
