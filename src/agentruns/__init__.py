@@ -63,6 +63,9 @@ _HOMES: dict[str, str] = {
     "AgentRuns": "agentruns.app.runs",
     "RunPage": "agentruns.app.runs",
     "Enqueued": "agentruns.app.runs",
+    # Watching a run live (ADRs/0030)
+    "RunUpdate": "agentruns.app.watch",
+    "RunWaitTimedOut": "agentruns.domain.errors",
     # Durable waits (ADRs/0025)
     "Signal": "agentruns.domain.waits",
     "Delivered": "agentruns.domain.waits",
@@ -216,6 +219,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
         AgentSchedules as AgentSchedules,
         SyncReport as SyncReport,
     )
+    from agentruns.app.watch import RunUpdate as RunUpdate
     from agentruns.app.worker import (
         Worker as Worker,
         WorkerStats as WorkerStats,
@@ -246,6 +250,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
         RetryBudgetExhausted as RetryBudgetExhausted,
         RunAlreadyEnded as RunAlreadyEnded,
         RunNotFound as RunNotFound,
+        RunWaitTimedOut as RunWaitTimedOut,
         SandboxError as SandboxError,
         SandboxNotLive as SandboxNotLive,
         ScheduleNotFound as ScheduleNotFound,

@@ -88,6 +88,8 @@ PUBLIC = [
     "RetryBudgetExhausted",
     "RunChange",
     "RunEvent",
+    "RunUpdate",
+    "RunWaitTimedOut",
     "RunKind",
     "RunKindPolicy",
     "OnActive",
