@@ -141,6 +141,8 @@ _HOMES: dict[str, str] = {
     # The web console (the `console` extra; ADRs/0018)
     "ConsoleAccess": "agentruns.entrypoints.console.access",
     "create_console": "agentruns.entrypoints.console",
+    # A run's live stream (Server-Sent Events) for a host's own API (ADRs/0030)
+    "create_run_stream": "agentruns.entrypoints.stream",
 }
 
 __all__ = sorted(_HOMES)
@@ -330,3 +332,4 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
     from agentruns.entrypoints.settings import (
         AgentRunsSettings as AgentRunsSettings,
     )
+    from agentruns.entrypoints.stream import create_run_stream as create_run_stream

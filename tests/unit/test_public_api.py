@@ -115,6 +115,7 @@ PUBLIC = [
     "classify",
     "connect",
     "create_console",
+    "create_run_stream",
     "create_gateway",
     "gateway_url_of",
     "migrate",

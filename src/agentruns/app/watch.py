@@ -35,6 +35,8 @@ _PAGE = 500
 DEFAULT_POLL = 1.0
 # The longest wait runs.wait accepts: a day.
 _MAX_WAIT = 86_400.0
+# Watch rows being removed, kept referenced until they are.
+_removals: set[asyncio.Future[None]] = set()
 
 
 @dataclass(frozen=True, slots=True)
@@ -152,7 +154,11 @@ class RunWatcher:
         finally:
             unsubscribe()
             if registered:
-                await self._unwatch(run_id, watcher)
+                # Shielded: a watcher cancelled (a client gone) still removes its row.
+                removal = asyncio.ensure_future(self._unwatch(run_id, watcher))
+                _removals.add(removal)
+                removal.add_done_callback(_removals.discard)
+                await asyncio.shield(removal)
 
     async def _unwatch(self, run_id: UUID, watcher: UUID) -> None:
         try:
