@@ -76,7 +76,8 @@
       cell(row, event.seq, "num");
       cell(row, event.epoch, "num");
       cell(row, event.type);
-      cell(row, event.created_at);
+      // As the server prints a moment: UTC, to the second.
+      cell(row, new Date(event.created_at).toISOString().replace("T", " ").slice(0, 19) + " UTC");
       var text = JSON.stringify(event.data, null, 2);
       var details = document.createElement("details");
       var summary = document.createElement("summary");
