@@ -172,8 +172,9 @@ class PostgresNotifier(Notifier):
             self._connection = None
             self._reader = None
             await connection.close()
-            # What was sent while it was down is unknown: the next wait claims at once (it opens
-            # the connection again), and every watcher reads its run again.
+            # What was sent while it was down is unknown: a waiting worker claims at once (its
+            # next wait opens the connection again), and every watcher reads its run again.
+            self._woken.set()
             self._runs.tell_all()
             if self._runs and not self._closed:
                 self._reopen = asyncio.get_running_loop().call_later(
