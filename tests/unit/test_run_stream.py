@@ -189,3 +189,22 @@ async def test_the_console_streams_a_run_and_its_page_follows_it(client: AgentRu
     assert [m.get("id") for m in _messages(answer.text)] == [None, "2", None]
     assert "data-stream" not in ended_page.text  # an ended run is not followed
     assert (missing.status_code, bad.status_code) == (404, 400)
+
+
+async def test_an_idle_stream_keeps_alive_and_still_hands_out_every_event(
+    client: AgentRunsClient,
+) -> None:
+    run = await _leased(client, 1)
+    app = agentruns.create_run_stream(client, keepalive=0.02)
+    async with _http(app) as http:
+        pending = asyncio.create_task(http.get(f"/{run.id}", params={"after": 1}))
+        await asyncio.sleep(0.2)
+        await client.runs.step_boundary(run.fence, "said", {"n": 2})
+        await asyncio.sleep(0.1)
+        await client.runs.end(run.fence, TerminationReason.COMPLETED)
+        async with asyncio.timeout(10):
+            answer = await pending
+    assert ": keep-alive" in answer.text
+    assert [m.get("id") for m in _messages(answer.text)] == [None, "2", None]
+    with pytest.raises(ValueError, match="keepalive"):
+        agentruns.create_run_stream(client, keepalive=0)

@@ -17,7 +17,8 @@ resume point); the run's end is an ``end`` message, and the stream closes. ::
 
 The resume point is ``Last-Event-ID`` if the request has one, else ``?after=``, else 0. A
 resume point that is not an event number of the run is answered 400, an unknown run 404, a
-refused request 403, an unreachable database 503: a stream never starts with a 500. If the
+refused request 403, an unreachable database 503: a stream never starts with a 500. An idle
+stream sends a comment line (``: keep-alive``) every 15 seconds. If the
 database fails once the stream has started, an ``error`` message says so and the stream closes;
 the browser reconnects and resumes.
 
@@ -27,6 +28,7 @@ The console serves this at ``/runs/<id>/events/stream`` behind its own access ga
 
 from __future__ import annotations
 
+import asyncio
 import inspect
 import json
 import logging
@@ -61,6 +63,9 @@ log = logging.getLogger("agentruns.stream")
 
 # How long a browser waits before it reconnects a dropped stream (the SSE ``retry:`` field).
 RETRY_MS = 1000
+# Seconds of silence after which an idle stream sends a comment line (proxies close streams that
+# say nothing for a minute or so; a write to a client that is gone ends the stream).
+KEEPALIVE = 15.0
 _MAX_SEQ = 2**31 - 1
 Authorize = Callable[[Request, AgentRun], Awaitable[bool] | bool]
 
@@ -131,6 +136,7 @@ async def open_stream(
     *,
     authorize: Authorize | None = None,
     redact: bool = True,
+    keepalive: float = KEEPALIVE,
 ) -> Response:
     """The SSE response of run ``run_id`` for ``request``, or the refusal that says why (400,
     403, 404, 503). The first item is read before the response starts, so a bad resume point
@@ -153,26 +159,49 @@ async def open_stream(
     except (DatabaseTimeout, StoreUnavailable):
         return _refusal(503, "The database is unavailable; try again.")
     return StreamingResponse(
-        _messages(first, updates, redact=redact),
+        _messages(first, updates, redact=redact, keepalive=keepalive),
         media_type="text/event-stream",
         headers={"Cache-Control": "no-cache", "X-Accel-Buffering": "no"},
     )
 
 
 async def _messages(
-    first: RunUpdate, updates: AsyncGenerator[RunUpdate, None], *, redact: bool
+    first: RunUpdate,
+    updates: AsyncGenerator[RunUpdate, None],
+    *,
+    redact: bool,
+    keepalive: float,
 ) -> AsyncGenerator[str, None]:
+    pending: asyncio.Future[RunUpdate] | None = None
     try:
         yield f"retry: {RETRY_MS}\n\n"
         yield update_message(first, redact=redact)
         if first.ended:
             return
-        async for update in updates:
+        while True:
+            if pending is None:
+                pending = asyncio.ensure_future(anext(updates))
+            # The next item is awaited, never cancelled by the keep-alive: a comment line while
+            # the run is idle keeps proxies from closing the stream and finds a dead client.
+            done, _ = await asyncio.wait({pending}, timeout=keepalive)
+            if not done:
+                yield ": keep-alive\n\n"
+                continue
+            try:
+                update = pending.result()
+            except StopAsyncIteration:
+                return
+            pending = None
             yield update_message(update, redact=redact)
+            if update.ended:
+                return
     except AgentRunsError as failed:  # headers are sent: say it, close, let the client resume
         log.warning("a run stream stopped", extra={"error": str(failed)})
         yield _message("error", {"message": "the stream stopped; reconnect to resume"})
     finally:
+        if pending is not None and not pending.done():
+            pending.cancel()  # the watch's own finally removes its row
+            await asyncio.gather(pending, return_exceptions=True)
         await updates.aclose()
 
 
@@ -183,6 +212,7 @@ def create_run_stream(
     access: ConsoleAccess | None = None,
     hosts: Collection[str] = (),
     redact: bool = True,
+    keepalive: float = KEEPALIVE,
 ) -> ASGIApp:
     """A run's live stream as an ASGI app for a host's own API: ``GET /{run_id}`` answers the
     run's Server-Sent Events (see the module docstring). Mount it under a prefix::
@@ -196,7 +226,10 @@ def create_run_stream(
       rebinding); pass ``hosts=("*",)`` when the host authenticates in front of it.
     - ``redact``: hide values under secret keys and credential-shaped strings in event data and
       results, as the console does (default True).
+    - ``keepalive``: seconds of an idle run after which a comment line is sent (default 15).
     """
+    if not keepalive > 0:
+        raise ValueError("keepalive is a positive number of seconds")
     from agentruns.entrypoints.console.access import MAX_BODY_BYTES, Gate
 
     runs = client.runs
@@ -206,7 +239,9 @@ def create_run_stream(
             run_id = UUID(request.path_params["run_id"].strip())
         except ValueError:
             return _refusal(400, "That is not a run id (a UUID).")
-        return await open_stream(runs, request, run_id, authorize=authorize, redact=redact)
+        return await open_stream(
+            runs, request, run_id, authorize=authorize, redact=redact, keepalive=keepalive
+        )
 
     app = Starlette(routes=[Route("/{run_id}", stream)])
     if authorize is not None and access is None:
