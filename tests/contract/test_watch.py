@@ -197,3 +197,23 @@ async def test_many_watchers_of_one_run_each_see_every_event_once(runs: AgentRun
     for one in seen:
         assert [seq for seq in one if seq is not None] == [1, 2, 3]
         assert one[-1] is None
+
+
+async def test_a_watch_pages_through_a_long_history_with_one_state_item(
+    runs: AgentRuns,
+) -> None:
+    run = await _leased(runs)
+    total = 1_010  # more than two of the watch's pages
+    async with runs.transaction() as tx:
+        for n in range(1, total + 1):
+            await runs.step_boundary(run.fence, "step", {"n": n}, tx=tx)
+    updates = runs.watch(run.id)
+    got = []
+    async with asyncio.timeout(_SOON):
+        while len(got) < total + 1:
+            got.append(await anext(updates))
+    assert got[0].event is None
+    assert got[0].run.state is AgentRunState.LEASED
+    assert [update.seq for update in got[1:]] == list(range(1, total + 1))
+    await runs.end(run.fence, TerminationReason.COMPLETED)
+    assert (await _next(updates)).ended

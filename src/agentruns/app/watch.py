@@ -127,19 +127,19 @@ class RunWatcher:
                     )
                 # Events of earlier epochs, then the new state, then the current epoch's events;
                 # the end comes after every event (none is appended once the run has ended).
-                new_state = (run.state, run.epoch) != shown
+                now = (run.state, run.epoch)
                 ended = run.state is AgentRunState.ENDED
                 for event in page:
-                    if new_state and not ended and event.epoch >= run.epoch:
+                    if now != shown and not ended and event.epoch >= run.epoch:
                         yield RunUpdate(run)
-                        new_state = False
+                        shown = now
                     yield RunUpdate(run, event)
                     seq = event.seq
                 if len(page) == _PAGE:
                     continue  # more to read at once
-                if new_state:
+                if now != shown:
                     yield RunUpdate(run)
-                shown = (run.state, run.epoch)
+                    shown = now
                 if ended:
                     return
                 if listening:
