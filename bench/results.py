@@ -13,6 +13,7 @@ ORDER = (
     "steps",
     "heartbeat",
     "waits",
+    "watch",
     "faults",
     "console",
     "analysis",

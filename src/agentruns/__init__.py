@@ -63,6 +63,9 @@ _HOMES: dict[str, str] = {
     "AgentRuns": "agentruns.app.runs",
     "RunPage": "agentruns.app.runs",
     "Enqueued": "agentruns.app.runs",
+    # Watching a run live (ADRs/0030)
+    "RunUpdate": "agentruns.app.watch",
+    "RunWaitTimedOut": "agentruns.domain.errors",
     # Durable waits (ADRs/0025)
     "Signal": "agentruns.domain.waits",
     "Delivered": "agentruns.domain.waits",
@@ -138,6 +141,8 @@ _HOMES: dict[str, str] = {
     # The web console (the `console` extra; ADRs/0018)
     "ConsoleAccess": "agentruns.entrypoints.console.access",
     "create_console": "agentruns.entrypoints.console",
+    # A run's live stream (Server-Sent Events) for a host's own API (ADRs/0030)
+    "create_run_stream": "agentruns.entrypoints.stream",
 }
 
 __all__ = sorted(_HOMES)
@@ -216,6 +221,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
         AgentSchedules as AgentSchedules,
         SyncReport as SyncReport,
     )
+    from agentruns.app.watch import RunUpdate as RunUpdate
     from agentruns.app.worker import (
         Worker as Worker,
         WorkerStats as WorkerStats,
@@ -246,6 +252,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
         RetryBudgetExhausted as RetryBudgetExhausted,
         RunAlreadyEnded as RunAlreadyEnded,
         RunNotFound as RunNotFound,
+        RunWaitTimedOut as RunWaitTimedOut,
         SandboxError as SandboxError,
         SandboxNotLive as SandboxNotLive,
         ScheduleNotFound as ScheduleNotFound,
@@ -325,3 +332,4 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
     from agentruns.entrypoints.settings import (
         AgentRunsSettings as AgentRunsSettings,
     )
+    from agentruns.entrypoints.stream import create_run_stream as create_run_stream

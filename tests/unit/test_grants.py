@@ -38,13 +38,19 @@ def test_every_table_and_sequence_of_the_metadata_is_in_the_role_lists() -> None
     assert not missing, f"add these to agentruns.adapters.postgres.grants.OBJECTS: {missing}"
 
 
+# The reader's one write: its own watchers' rows (a read-only console streams a run: ADRs/0030).
+READER_WRITES = {"agent_run_watch": ("SELECT", "INSERT", "DELETE")}
+
+
 def test_the_worker_writes_no_ddl_and_the_reader_only_selects() -> None:
     for item in OBJECTS:
         assert set(item.worker) <= {"SELECT", "INSERT", "UPDATE", "DELETE", "USAGE", "EXECUTE"}
-        assert set(item.reader) <= {"SELECT"}
+        assert set(item.reader) <= {"SELECT", "INSERT", "DELETE"}
         if item.kind == "TABLE":
             assert "SELECT" in item.worker, item.name
-            assert item.reader == ("SELECT",), item.name
+            assert item.reader == READER_WRITES.get(item.name, ("SELECT",)), item.name
+        else:
+            assert set(item.reader) <= {"SELECT"}, item.name
         assert item.why, item.name
     assert len({item.name for item in OBJECTS}) == len(OBJECTS)
 
@@ -83,6 +89,7 @@ def test_a_reader_without_a_schema_selects_in_public_and_keeps_the_servers_searc
     assert all(
         line.startswith(("GRANT CONNECT", "GRANT USAGE ON SCHEMA", "ALTER DEFAULT"))
         or " SELECT ON TABLE " in line
+        or line == 'GRANT SELECT, INSERT, DELETE ON TABLE agent_run_watch TO "ro"'
         for line in sql
     )
 

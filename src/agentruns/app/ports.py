@@ -399,6 +399,16 @@ class RunStore(Protocol):
 
     async def leased_count(self, tx: Transaction, workspace: str) -> int: ...
 
+    async def watch(self, tx: Transaction, run_id: UUID, watcher: UUID) -> None:
+        """Say that ``watcher`` watches run ``run_id``, so that the run's events and state
+        changes are announced to :meth:`Notifier.on_run` subscribers from now on (ADRs/0030);
+        a run that does not exist raises :class:`~agentruns.domain.errors.RunNotFound`."""
+        ...
+
+    async def unwatch(self, tx: Transaction, run_id: UUID, watcher: UUID) -> None:
+        """Undo :meth:`watch` (nothing if it was not, or the run is gone)."""
+        ...
+
 
 class EventLog(Protocol):
     """Step events of runs. Appends are fenced: a zombie holder never appends."""
@@ -511,6 +521,15 @@ class Notifier(Protocol):
         next fenced write (ADRs/0023). The callback runs in the event loop and must not block."""
         ...
 
+    def on_run(self, run_id: UUID, callback: Callable[[], None]) -> Callable[[], None]:
+        """Call ``callback()`` after a commit that appended an event to run ``run_id`` or
+        changed its state, while the run is watched (:meth:`RunStore.watch`); the answer
+        unsubscribes. A hint that the run may have changed, never what changed: a watcher
+        reads the run again, so a spurious call costs one read. It is also called when
+        notifications may have been missed (a lost connection: ADRs/0030). The callback runs in
+        the event loop and must not block."""
+        ...
+
 
 class CancelSubscribers:
     """The :meth:`Notifier.on_cancel` subscribers of one notifier, told in subscription order;
@@ -537,6 +556,51 @@ class CancelSubscribers:
                 callback(run_id)
             except Exception:
                 logging.getLogger("agentruns.notifier").exception("a cancel subscriber failed")
+
+
+class RunSubscribers:
+    """The :meth:`Notifier.on_run` subscribers of one notifier, by run; one subscriber's bug
+    is logged and stops neither the others nor the caller."""
+
+    __slots__ = ("_callbacks",)
+
+    def __init__(self) -> None:
+        self._callbacks: dict[UUID, list[Callable[[], None]]] = {}
+
+    def __bool__(self) -> bool:
+        return bool(self._callbacks)
+
+    def watched(self, run_id: UUID) -> bool:
+        return run_id in self._callbacks
+
+    def subscribe(self, run_id: UUID, callback: Callable[[], None]) -> Callable[[], None]:
+        """Add ``callback`` for ``run_id``; the answer removes it (a second call does nothing)."""
+        self._callbacks.setdefault(run_id, []).append(callback)
+
+        def unsubscribe() -> None:
+            callbacks = self._callbacks.get(run_id)
+            if callbacks is not None and callback in callbacks:
+                callbacks.remove(callback)
+                if not callbacks:
+                    del self._callbacks[run_id]
+
+        return unsubscribe
+
+    def tell(self, run_id: UUID) -> None:
+        for callback in list(self._callbacks.get(run_id, ())):
+            self._call(callback)
+
+    def tell_all(self) -> None:
+        for callbacks in list(self._callbacks.values()):
+            for callback in list(callbacks):
+                self._call(callback)
+
+    @staticmethod
+    def _call(callback: Callable[[], None]) -> None:
+        try:
+            callback()
+        except Exception:
+            logging.getLogger("agentruns.notifier").exception("a run subscriber failed")
 
 
 @dataclass(frozen=True, slots=True)

@@ -10,7 +10,7 @@ own. Lock order everywhere: the kind's domain row, then its run.
 from __future__ import annotations
 
 import uuid
-from collections.abc import AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -33,6 +33,7 @@ from agentruns.app.ports import (
     Transaction,
 )
 from agentruns.app.tracing import NoTracing, Tracing
+from agentruns.app.watch import RunUpdate, RunWatcher
 from agentruns.domain import keys, limits, subject_policy
 from agentruns.domain.backoff import RandomSource
 from agentruns.domain.bands import DEFAULT_BAND_AGING, Band
@@ -145,6 +146,7 @@ class AgentRuns:
         self._band_aging = band_aging
         self._new_id = new_id
         self._tracing = tracing or NoTracing()
+        self._watcher = RunWatcher(stores)
 
     @property
     def kinds(self) -> RunKinds:
@@ -921,6 +923,31 @@ class AgentRuns:
             return await self._stores.events.list(
                 inner, run_id, after_seq=min(after_seq, limits.MAX_EPOCH), limit=limit
             )
+
+    def watch(self, run_id: UUID, *, after: int = 0) -> AsyncGenerator[RunUpdate, None]:
+        """The run's events and state changes as they are committed, ending with the run: an
+        async iterator of :class:`~agentruns.app.watch.RunUpdate`. The first item is the run's
+        state now; then each event after event ``after`` (0: from the first), in order, once
+        each, and a state item at each claim, give-back or requeue; the last item is the end
+        (``update.ended``, with the run's end reason and result). ``after`` must name an event
+        the run has (a resume point); a bad one is
+        :class:`~agentruns.domain.errors.InvalidRequest`, an unknown run
+        :class:`~agentruns.domain.errors.RunNotFound`, raised by the first iteration. Every
+        watcher of the process is fed by the notifier's one listening connection and costs no
+        query while its run is idle (ADRs/0030)."""
+        return self._watcher.watch(run_id, after=after)
+
+    async def wait(
+        self,
+        run_id: UUID,
+        *,
+        timeout: float | timedelta | None = None,  # noqa: ASYNC109 - it names the run in its error
+    ) -> AgentRun:
+        """The run once it has ended (its end reason and ``result`` included). With
+        ``timeout`` (seconds or a timedelta, at most a day), raise
+        :class:`~agentruns.domain.errors.RunWaitTimedOut` if it has not ended by then; the run
+        goes on either way. An unknown run is :class:`~agentruns.domain.errors.RunNotFound`."""
+        return await self._watcher.wait(run_id, timeout=timeout)
 
     async def continued_by(self, run_id: UUID) -> AgentRun | None:
         """The run that continues run ``run_id`` (a retry, or a host's ``continue_after``), if

@@ -29,6 +29,8 @@
     │                                retryable when uncaught: a retry would time out again)
     ├── StepTimedOut                 a step ran past its kind's step timeout and was cancelled
     │                                (also a TimeoutError: retryable, class timeout)
+    ├── RunWaitTimedOut              ``runs.wait`` gave up before the run ended (also a
+    │                                TimeoutError); the run goes on
     ├── SandboxError                 sandbox rows, claims and tokens
     │   ├── SandboxNotLive           the sandbox is DELETING or gone
     │   └── InvalidToken             a token that is missing, forged, expired or revoked
@@ -42,9 +44,13 @@ and PostgreSQL adapters raise the same exception for the same conflict.
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
 from uuid import UUID
 
 from agentruns.domain.failures import ConfigurationError
+
+if TYPE_CHECKING:  # the run module imports this one
+    from agentruns.domain.run import AgentRun
 
 
 class AgentRunsError(Exception):
@@ -170,6 +176,20 @@ class WaitTimedOut(AgentRunsError, ConfigurationError):
     def __init__(self, name: str, message: str) -> None:
         super().__init__(message)
         self.name = name
+
+
+class RunWaitTimedOut(AgentRunsError, TimeoutError):
+    """:meth:`AgentRuns.wait <agentruns.app.runs.AgentRuns.wait>` saw its timeout pass before
+    the run ended. Nothing about the run changes (it goes on); ``run`` is the run as last read,
+    ``timeout`` the seconds waited."""
+
+    def __init__(self, run: AgentRun, timeout: float) -> None:
+        super().__init__(
+            f"run {run.id} had not ended after {timeout:g} s: it is {run.state.value} "
+            f"at epoch {run.epoch}"
+        )
+        self.run = run
+        self.timeout = timeout
 
 
 class StepTimedOut(AgentRunsError, TimeoutError):

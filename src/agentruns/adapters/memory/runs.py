@@ -83,6 +83,12 @@ class MemoryRunStore(RunStore):
         self.rows.put(tx, run.id, run)
         if run.state is AgentRunState.QUEUED:
             self._database.check(tx).on_commit(self._notifier.notify)
+        self.announce(tx, run.id)
+
+    def announce(self, tx: Transaction, run_id: UUID) -> None:
+        """Tell the run's watchers after the commit, as ``agent_run_watch`` does (ADRs/0030)."""
+        if self._notifier.watched(run_id):
+            self._database.check(tx).on_commit(lambda: self._notifier.changed(run_id))
 
     def _existing(self, run_id: UUID) -> AgentRun:
         run = self.rows.get(run_id)
@@ -474,6 +480,14 @@ class MemoryRunStore(RunStore):
             if run.workspace == workspace and run.state is AgentRunState.LEASED
         )
 
+    async def watch(self, tx: Transaction, run_id: UUID, watcher: UUID) -> None:
+        # The notifier's subscribers are the registry in memory: nothing else to record.
+        self._database.check(tx)
+        self._existing(run_id)
+
+    async def unwatch(self, tx: Transaction, run_id: UUID, watcher: UUID) -> None:
+        self._database.check(tx)
+
 
 class MemoryEventLog(EventLog):
     """Step events per run; an append checks the fence against the runs table first."""
@@ -520,6 +534,7 @@ class MemoryEventLog(EventLog):
             created_at=self._clock.now(),
         )
         self._events.put(tx, fence.run_id, (*existing, event))
+        self._runs.announce(tx, fence.run_id)
         return event
 
     async def list(

@@ -117,6 +117,14 @@ OBJECTS: tuple[Privileges, ...] = (
         "replicas sync and tick schedules (a removed one keeps its row)",
     ),
     _table("agent_schedule_tick", _DML, "a tick is claimed, given its run, pruned"),
+    Privileges(
+        "TABLE",
+        "agent_run_watch",
+        ("SELECT", "INSERT", "DELETE"),
+        ("SELECT", "INSERT", "DELETE"),
+        "a watcher (a worker's host or the console) adds its row and removes it (ADRs/0030); "
+        "the announcing triggers read it",
+    ),
     _table("alembic_version", _READ, "every process checks the schema's revision first"),
     Privileges(
         "SEQUENCE",
@@ -171,10 +179,12 @@ OBJECTS: tuple[Privileges, ...] = (
         Privileges("FUNCTION", f"{name}()", (), (), _TRIGGER)
         for name in (
             "agent_run_enqueued",
+            "agent_run_event_watched",
             "agent_run_gone",
             "agent_run_inserted",
             "agent_run_moved",
             "agent_run_requeued",
+            "agent_run_state_watched",
             "agent_run_unhead",
             "guard_agent_run",
             "guard_agent_run_event_delete",

@@ -537,6 +537,13 @@ class PostgresRunStore(RunStore):
         count: int = rows[0]["leased"]
         return count
 
+    async def watch(self, tx: Tx, run_id: UUID, watcher: UUID) -> None:
+        if not await fetch(tx, sql.WATCH, {"run_id": run_id, "watcher": watcher}):
+            raise RunNotFound(f"no run {run_id}")
+
+    async def unwatch(self, tx: Tx, run_id: UUID, watcher: UUID) -> None:
+        await fetch(tx, sql.UNWATCH, {"run_id": run_id, "watcher": watcher})
+
 
 class PostgresEventLog(EventLog):
     """Step events; an append first holds the fence (``require_current``), so a zombie holder's

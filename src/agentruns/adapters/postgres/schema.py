@@ -200,6 +200,23 @@ agent_run_event = Table(
     UniqueConstraint("run_id", "seq", name="uq_agent_run_event_seq"),
 )
 
+# One row per watcher of a run (ADRs/0030): while a run has one, its commits are announced on
+# channel agent_run_watch (ddl/watch.sql). The watcher removes its row when it stops; a purged
+# run's rows go with it.
+agent_run_watch = Table(
+    "agent_run_watch",
+    metadata,
+    Column(
+        "run_id",
+        UUID(as_uuid=True),
+        ForeignKey("agent_run.id", ondelete="CASCADE"),
+        nullable=False,
+    ),
+    Column("watcher", UUID(as_uuid=True), nullable=False),
+    Column("since", TZ, nullable=False),
+    PrimaryKeyConstraint("run_id", "watcher"),
+)
+
 # One row per failed attempt, kept for the run's life (ADRs/0014).
 agent_run_failure = Table(
     "agent_run_failure",

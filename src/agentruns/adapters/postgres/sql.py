@@ -493,6 +493,18 @@ SELECT * FROM (
 """)
 
 
+# A watcher's row (ADRs/0030): inserted only for a run that exists (no row back: RunNotFound),
+# so its key's check is the run's; its time is when it began, for an operator, not a decision.
+WATCH = statement("""
+INSERT INTO agent_run_watch (run_id, watcher, since)
+SELECT id, :watcher, now() FROM agent_run WHERE id = :run_id
+RETURNING run_id
+""")
+
+UNWATCH = statement("""
+DELETE FROM agent_run_watch WHERE run_id = :run_id AND watcher = :watcher
+""")
+
 # The lane's count and the deltas not folded yet.
 LEASED_COUNT = statement("""
 SELECT COALESCE((SELECT leased FROM agent_workspace WHERE id = :workspace), 0)

@@ -37,7 +37,7 @@ from uuid import UUID
 from jinja2 import Environment, PackageLoader, select_autoescape
 from starlette.applications import Starlette
 from starlette.requests import Request
-from starlette.responses import HTMLResponse, RedirectResponse, Response
+from starlette.responses import HTMLResponse, PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 
@@ -77,6 +77,7 @@ from agentruns.entrypoints.console.access import (
     session_of,
 )
 from agentruns.entrypoints.console.approve import approvals_app
+from agentruns.entrypoints.stream import open_stream
 
 log = logging.getLogger("agentruns.console")
 
@@ -171,6 +172,7 @@ def build(
         Route("/workspaces", console.page(console.workspaces)),
         Route("/runs", console.page(console.runs_page)),
         Route("/runs/{run_id}", console.page(console.run_page)),
+        Route("/runs/{run_id}/events/stream", console.run_stream),
         Route("/schedules", console.page(console.schedules_page)),
         Route("/sandboxes", console.page(console.sandboxes_page)),
         Route("/confirm", console.page(console.confirm)),
@@ -425,6 +427,11 @@ class _Console:
                 "events": [(event, views.capped_json(event.data)) for event in shown],
                 "events_after": after,
                 "more_events": shown[-1].seq if len(events) > EVENTS_PAGE else None,
+                # The page follows a run that has not ended, once its last page is shown: the
+                # stream resumes after the last event the page holds.
+                "stream_after": None
+                if run.state is AgentRunState.ENDED or len(events) > EVENTS_PAGE
+                else (shown[-1].seq if shown else after),
                 "timeline": views.epoch_timeline(
                     run, shown if after == 0 else [], failures, now, first_epoch=first_epoch
                 ),
@@ -440,6 +447,15 @@ class _Console:
                 else (run.leased_until - now).total_seconds(),
             },
         )
+
+    async def run_stream(self, request: Request) -> Response:
+        """The run's live Server-Sent Events (ADRs/0030), behind the console's gate; what the
+        run page's script follows. Refusals are one line of text, never a page."""
+        try:
+            run_id = _run_id(request.path_params["run_id"])
+        except Refused as refused:
+            return PlainTextResponse(refused.message + "\n", status_code=refused.status)
+        return await open_stream(self._services.runs, request, run_id)
 
     async def schedules_page(self, request: Request) -> Response:
         found = await self._services.schedules.all()
