@@ -114,6 +114,17 @@ ILLEGAL = {
         WAKE.replace("due_at = now()", "due_at = now() - interval '1 hour'"),
         "guard_agent_run",
     ),
+    # A merge's debounce (ADRs/0031) moves only a run never claimed, and only later.
+    "requeued run made due later": Illegal(
+        "requeued",
+        "UPDATE agent_run SET due_at = due_at + interval '1 hour' WHERE id = %(run)s",
+        "guard_agent_run",
+    ),
+    "queued run made due earlier": Illegal(
+        "queued",
+        "UPDATE agent_run SET due_at = due_at - interval '1 hour' WHERE id = %(run)s",
+        "guard_agent_run",
+    ),
     "waiting run whose wait is moved, not ended": Illegal(
         "waiting",
         "UPDATE agent_run SET waiting_until = now() WHERE id = %(run)s",
@@ -210,18 +221,20 @@ ILLEGAL = {
         "leased", REQUEUE.replace(", leased_until = NULL", ""), "guard_agent_run_queued"
     ),
     # A queued run is only claimed or ended (QUEUED -> QUEUED is no move of the state table).
+    # A run never claimed may move queued -> queued (a debounce, ADRs/0031): what it may not
+    # write there is refused by the rule of what a queued run holds, or of what is frozen.
     "queued run given a holder": Illegal(
-        "queued", "UPDATE agent_run SET holder = 'w' WHERE id = %(run)s", "guard_agent_run"
+        "queued", "UPDATE agent_run SET holder = 'w' WHERE id = %(run)s", "guard_agent_run_queued"
     ),
     "queued run given an end reason": Illegal(
         "queued",
         "UPDATE agent_run SET end_reason = 'completed' WHERE id = %(run)s",
-        "guard_agent_run",
+        "guard_agent_run_queued",
     ),
     "queued run's payload rewritten": Illegal(
         "queued",
         """UPDATE agent_run SET payload = '{"n": 2}' WHERE id = %(run)s""",
-        "guard_agent_run",
+        "guard_agent_run_frozen",
     ),
     # A lease is positive.
     "run inserted with a negative lease": Illegal(
@@ -491,6 +504,18 @@ def test_a_wait_and_its_wake_up_are_legal(db: Db) -> None:
         "SELECT state, epoch, attempt, waiting_until FROM agent_run WHERE id = %(run)s", params
     )
     assert row.fetchone() == ("leased", 2, 0, None)
+
+
+def test_a_debounce_of_a_run_never_claimed_is_legal(db: Db) -> None:
+    """ADRs/0031: a queued run at epoch 0 is made due later; the next claim takes epoch 1."""
+    run = _start(db, "queued")
+    params = {"run": run}
+    db.execute(
+        "UPDATE agent_run SET due_at = due_at + interval '1 minute' WHERE id = %(run)s", params
+    )
+    db.execute(CLAIM, params)
+    row = db.execute("SELECT state, epoch, attempt FROM agent_run WHERE id = %(run)s", params)
+    assert row.fetchone() == ("leased", 1, 0)
 
 
 def test_a_lease_moved_into_the_past_is_legal_and_fences_nothing_else(db: Db) -> None:
