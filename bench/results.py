@@ -13,6 +13,7 @@ ORDER = (
     "steps",
     "heartbeat",
     "waits",
+    "conversations",
     "faults",
     "console",
     "analysis",
