@@ -364,3 +364,26 @@ async def test_a_drained_conversation_shows_what_a_merge_did(
     await harness.drain()
     assert [r.id for r in await harness.conversation("acme", "chat:1")] == [first.id, late.id]
     assert await harness.inputs(late.id) == [{"text": "!"}]
+
+
+async def test_a_recorded_kind_answers_every_merged_message(
+    agentruns_harness: HarnessFactory,
+) -> None:
+    """A recorded kind reads ``ctx.inputs()`` and its result names every message merged in."""
+
+    async def answer(run: AgentRun, ctx: StepContext) -> str:
+        texts = [str(entry["text"]) for entry in await ctx.inputs()]
+        return await ctx.step("answer", _joined, texts)
+
+    harness = agentruns_harness(
+        RunKind(RunKindPolicy(name="answers"), RecordedSteps(answer)), start=START
+    )
+    chat = {"workspace": "acme", "subject": "chat:2"}
+    first = await harness.runs.enqueue("answers", **chat, payload={"text": "a"}, on_active="merge")
+    await harness.runs.enqueue("answers", **chat, payload={"text": "b"}, on_active="merge")
+    await harness.drain()
+    assert (await harness.runs.get(first.id)).result == "a + b"
+
+
+async def _joined(texts: list[str]) -> str:
+    return " + ".join(texts)
