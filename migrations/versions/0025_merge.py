@@ -4,8 +4,8 @@ Revision ID: 0025_merge
 Revises: 0022_waiting_since
 
 ``guard_agent_run`` admits one more queued -> queued write: a run at epoch 0 (never claimed),
-not waiting, made due no earlier than it was, its head flag unchanged. The merge itself (the new
-work joining the run) writes a signal, which needs no change. The function and its trigger's
+not waiting, made due strictly later than it was, its head flag unchanged. The merge itself
+(the new work joining the run) writes a signal, which needs no change. The function and its trigger's
 condition are written whole; the downgrade writes revision 0019's text back.
 """
 
@@ -56,7 +56,7 @@ BEGIN
                  AND OLD.waiting_until IS NOT NULL AND NEW.waiting_until IS NULL)
              OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NEW.head = OLD.head
                  AND OLD.epoch = 0 AND OLD.waiting_until IS NULL AND NEW.waiting_until IS NULL
-                 AND NEW.due_at >= OLD.due_at)
+                 AND NEW.due_at > OLD.due_at)
              OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended')))
         AND NEW.epoch = OLD.epoch + (OLD.state = 'queued' AND NEW.state = 'leased')::integer
         AND (NEW.holder IS NOT DISTINCT FROM OLD.holder OR NEW.state = 'queued'
@@ -87,7 +87,7 @@ BEGIN
                 AND OLD.waiting_until IS NOT NULL AND NEW.waiting_until IS NULL)
             OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NEW.head = OLD.head
                 AND OLD.epoch = 0 AND OLD.waiting_until IS NULL AND NEW.waiting_until IS NULL
-                AND NEW.due_at >= OLD.due_at)
+                AND NEW.due_at > OLD.due_at)
             OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended'))) THEN
         RAISE EXCEPTION 'agent_run %: illegal transition % -> %', OLD.id, OLD.state, NEW.state
             USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run';
@@ -136,7 +136,7 @@ CREATE OR REPLACE TRIGGER guard_agent_run BEFORE UPDATE ON agent_run FOR EACH RO
                  AND OLD.waiting_until IS NOT NULL AND NEW.waiting_until IS NULL)
              OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NEW.head = OLD.head
                  AND OLD.epoch = 0 AND OLD.waiting_until IS NULL AND NEW.waiting_until IS NULL
-                 AND NEW.due_at >= OLD.due_at)
+                 AND NEW.due_at > OLD.due_at)
              OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended')))
         AND NEW.epoch = OLD.epoch + (OLD.state = 'queued' AND NEW.state = 'leased')::integer
         AND (NEW.holder IS NOT DISTINCT FROM OLD.holder OR NEW.state = 'queued'

@@ -125,6 +125,11 @@ ILLEGAL = {
         "UPDATE agent_run SET due_at = due_at - interval '1 hour' WHERE id = %(run)s",
         "guard_agent_run",
     ),
+    "queued run never claimed given a holder while made due later": Illegal(
+        "queued",
+        "UPDATE agent_run SET due_at = due_at + interval '1 hour', holder = 'w' WHERE id = %(run)s",
+        "guard_agent_run_queued",
+    ),
     "waiting run whose wait is moved, not ended": Illegal(
         "waiting",
         "UPDATE agent_run SET waiting_until = now() WHERE id = %(run)s",
@@ -221,20 +226,18 @@ ILLEGAL = {
         "leased", REQUEUE.replace(", leased_until = NULL", ""), "guard_agent_run_queued"
     ),
     # A queued run is only claimed or ended (QUEUED -> QUEUED is no move of the state table).
-    # A run never claimed may move queued -> queued (a debounce, ADRs/0031): what it may not
-    # write there is refused by the rule of what a queued run holds, or of what is frozen.
     "queued run given a holder": Illegal(
-        "queued", "UPDATE agent_run SET holder = 'w' WHERE id = %(run)s", "guard_agent_run_queued"
+        "queued", "UPDATE agent_run SET holder = 'w' WHERE id = %(run)s", "guard_agent_run"
     ),
     "queued run given an end reason": Illegal(
         "queued",
         "UPDATE agent_run SET end_reason = 'completed' WHERE id = %(run)s",
-        "guard_agent_run_queued",
+        "guard_agent_run",
     ),
     "queued run's payload rewritten": Illegal(
         "queued",
         """UPDATE agent_run SET payload = '{"n": 2}' WHERE id = %(run)s""",
-        "guard_agent_run_frozen",
+        "guard_agent_run",
     ),
     # A lease is positive.
     "run inserted with a negative lease": Illegal(

@@ -284,7 +284,7 @@ class MemoryRunStore(RunStore):
     async def postpone(self, tx: Transaction, run_id: UUID, due_at: datetime) -> AgentRun:
         self._database.check(tx)
         run = self._existing(run_id)
-        if not subject_policy.joinable(run) or run.due_at > due_at:
+        if not subject_policy.joinable(run) or run.due_at >= due_at:
             raise IllegalTransition(
                 run.state,
                 AgentRunState.QUEUED,

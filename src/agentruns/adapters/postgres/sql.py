@@ -238,7 +238,7 @@ SELECT CAST(pg_notify('agent_run', woken.workspace) AS text) AS told FROM woken
 POSTPONE = statement(f"""
 UPDATE agent_run SET due_at = CAST(:due_at AS timestamptz)
 WHERE id = :run_id AND state = 'queued' AND epoch = 0 AND waiting_until IS NULL
-  AND due_at <= CAST(:due_at AS timestamptz)
+  AND due_at < CAST(:due_at AS timestamptz)
 RETURNING {RUN_COLUMNS}
 """)
 

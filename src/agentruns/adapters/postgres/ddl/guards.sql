@@ -63,7 +63,7 @@ BEGIN
                  AND OLD.waiting_until IS NOT NULL AND NEW.waiting_until IS NULL)
              OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NEW.head = OLD.head
                  AND OLD.epoch = 0 AND OLD.waiting_until IS NULL AND NEW.waiting_until IS NULL
-                 AND NEW.due_at >= OLD.due_at)
+                 AND NEW.due_at > OLD.due_at)
              OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended')))
         AND NEW.epoch = OLD.epoch + (OLD.state = 'queued' AND NEW.state = 'leased')::integer
         AND (NEW.holder IS NOT DISTINCT FROM OLD.holder OR NEW.state = 'queued'
@@ -94,7 +94,7 @@ BEGIN
                 AND OLD.waiting_until IS NOT NULL AND NEW.waiting_until IS NULL)
             OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NEW.head = OLD.head
                 AND OLD.epoch = 0 AND OLD.waiting_until IS NULL AND NEW.waiting_until IS NULL
-                AND NEW.due_at >= OLD.due_at)
+                AND NEW.due_at > OLD.due_at)
             OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended'))) THEN
         RAISE EXCEPTION 'agent_run %: illegal transition % -> %', OLD.id, OLD.state, NEW.state
             USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run';
@@ -143,7 +143,7 @@ CREATE TRIGGER guard_agent_run BEFORE UPDATE ON agent_run FOR EACH ROW
                  AND OLD.waiting_until IS NOT NULL AND NEW.waiting_until IS NULL)
              OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NEW.head = OLD.head
                  AND OLD.epoch = 0 AND OLD.waiting_until IS NULL AND NEW.waiting_until IS NULL
-                 AND NEW.due_at >= OLD.due_at)
+                 AND NEW.due_at > OLD.due_at)
              OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended')))
         AND NEW.epoch = OLD.epoch + (OLD.state = 'queued' AND NEW.state = 'leased')::integer
         AND (NEW.holder IS NOT DISTINCT FROM OLD.holder OR NEW.state = 'queued'
