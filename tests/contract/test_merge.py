@@ -16,6 +16,7 @@ from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.subject_policy import MERGED, OnActive
 from agentruns.domain.termination import TerminationReason
+from examples.review import ReviewStatus
 from tests.contract.conftest import START, Backend
 from tests.contract.kinds import policy, scripted_steps
 
@@ -224,3 +225,43 @@ async def test_a_merge_racing_the_claim_never_loses_its_message(runs: AgentRuns)
         else:
             assert (await runs.get(merged.id)).state is AgentRunState.QUEUED
             assert await runs.inputs(claimed.id) == [{"m": "a"}]
+
+
+async def test_a_merge_in_the_caller_s_transaction_rolls_back_with_it(runs: AgentRuns) -> None:
+    first, _ = await _merge(runs, "a")
+
+    async def merge_then_fail() -> None:
+        async with runs.transaction() as tx:
+            await runs.enqueue(
+                "chat",
+                workspace="acme",
+                subject="c:1",
+                payload={"m": "b"},
+                on_active="merge",
+                debounce=timedelta(minutes=5),
+                tx=tx,
+            )
+            raise RuntimeError("the host's own write failed")
+
+    with pytest.raises(RuntimeError):
+        await merge_then_fail()
+    assert await runs.inputs(first.id) == [{"m": "a"}]
+    assert (await runs.get(first.id)).due_at == first.due_at
+
+
+async def test_a_merge_leaves_the_joined_run_s_domain_row_as_it_was(
+    runs: AgentRuns, backend: Backend
+) -> None:
+    """The kind's row moves with its run's state; a join moves no state, so the row is the
+    queued run's, one row for the one run."""
+    first = await runs.enqueue("review", workspace="acme", subject="review:1", on_active="merge")
+    joined = await runs.enqueue(
+        "review", workspace="acme", subject="review:1", payload={"n": 2}, on_active="merge"
+    )
+    assert joined.id == first.id
+    async with backend.stores.scope.transaction() as tx:
+        job = await backend.review_jobs.get(tx, first.id)
+    assert job is not None
+    assert job.status is ReviewStatus.QUEUED
+    [claimed] = await runs.claim("w")
+    assert claimed.id == first.id
