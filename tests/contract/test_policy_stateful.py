@@ -4,7 +4,8 @@ claim, holder end and cancel, some of them raced against each other (ADRs/0028, 
 After every step, against a reference model: at most one leased run per subject; an interrupt
 leaves its new run the subject's only active run; a reject either names a run that was active or
 finds the subject idle; a merge joins the subject's newest run if it was never claimed, else
-queues; and no message is lost: every run an enqueue returned is still there, active or ended
+queues (with or without a debounce, while time passes, and a run is never claimed before it is
+due); and no message is lost: every run an enqueue returned is still there, active or ended
 with a reason someone gave it, and every accepted message is an input of the run its enqueue
 returned, which no merge joined after its claim. :func:`policy_machine` builds the machine on any
 stores; the memory one runs here, the PostgreSQL one in ``tests/postgres``.
@@ -16,6 +17,7 @@ import asyncio
 import itertools
 import random
 from collections.abc import Callable, Coroutine
+from datetime import timedelta
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -39,6 +41,7 @@ from tests.contract.kinds import policy, scripted_steps
 T = TypeVar("T")
 SUBJECTS = st.sampled_from(["c:1", "c:2"])
 POLICIES = st.sampled_from(list(OnActive))
+DEBOUNCES = st.sampled_from([None, timedelta(seconds=5)])
 StoresOf = Callable[[ManualClock], tuple[Stores, Callable[[], Coroutine[Any, Any, None]]]]
 
 
@@ -79,7 +82,9 @@ class PolicyMachine(RuleBasedStateMachine):
         page = self.run(self.runs.list_runs(workspace="acme", subject=subject, limit=1000))
         return [run for run in page.runs if run.state is not AgentRunState.ENDED]
 
-    async def _enqueue(self, subject: str, on_active: OnActive) -> AgentRun | SubjectBusy:
+    async def _enqueue(
+        self, subject: str, on_active: OnActive, debounce: timedelta | None = None
+    ) -> AgentRun | SubjectBusy:
         message = next(self.messages)
         try:
             run = await self.runs.enqueue(
@@ -88,6 +93,7 @@ class PolicyMachine(RuleBasedStateMachine):
                 subject=subject,
                 on_active=on_active,
                 payload={"m": message},
+                debounce=debounce if on_active is OnActive.MERGE else None,
             )
         except SubjectBusy as busy:
             return busy
@@ -97,6 +103,7 @@ class PolicyMachine(RuleBasedStateMachine):
     async def _claim(self, subject: str) -> AgentRun | None:
         claimed = await self.runs.claim_subject("w", "acme", subject, kinds=["chat"])
         if claimed is not None:
+            assert claimed.due_at <= self.clock.now()  # a debounced run is not claimed early
             self.read_at_claim.setdefault(claimed.id, await self.runs.inputs(claimed.id))
         return claimed
 
@@ -106,10 +113,10 @@ class PolicyMachine(RuleBasedStateMachine):
         else:
             self.enqueued.append(outcome.id)
 
-    @rule(subject=SUBJECTS, on_active=POLICIES)
-    def enqueue(self, subject: str, on_active: OnActive) -> None:
+    @rule(subject=SUBJECTS, on_active=POLICIES, debounce=DEBOUNCES)
+    def enqueue(self, subject: str, on_active: OnActive, debounce: timedelta | None) -> None:
         before = self.active(subject)
-        outcome = self.run(self._enqueue(subject, on_active))
+        outcome = self.run(self._enqueue(subject, on_active, debounce))
         after = self.active(subject)
         self._accepted(outcome, before)
         if isinstance(outcome, SubjectBusy):
@@ -149,13 +156,18 @@ class PolicyMachine(RuleBasedStateMachine):
             self.run(self.runs.cancel(alive[-1].id))
             self.ended_by[alive[-1].id] = TerminationReason.CANCELLED
 
+    @rule()
+    def time_passes(self) -> None:
+        """A debounced run falls due only as the clock moves."""
+        self.clock.advance(timedelta(seconds=4))
+
     @rule(subject=SUBJECTS, one=POLICIES, two=POLICIES)
     def two_enqueues_race_a_claim(self, subject: str, one: OnActive, two: OnActive) -> None:
         before = self.active(subject)
 
         async def race() -> tuple[AgentRun | SubjectBusy, AgentRun | SubjectBusy, Any]:
             return await asyncio.gather(
-                self._enqueue(subject, one),
+                self._enqueue(subject, one, timedelta(seconds=5)),
                 self._enqueue(subject, two),
                 self._claim(subject),
             )
