@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import random
 from collections.abc import AsyncIterator, Awaitable
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import TypeVar
 from uuid import UUID
 
@@ -22,6 +22,7 @@ from agentruns.domain.errors import LeaseLost, SubjectBusy
 from agentruns.domain.run import AgentRun
 from agentruns.domain.termination import TerminationReason
 from tests.contract.kinds import policy, scripted_steps
+from tests.postgres.test_lanes import assert_lanes_true
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 SUBJECTS = 200
@@ -237,3 +238,27 @@ async def test_a_claim_skips_the_run_a_merge_holds_and_then_sees_its_input(
     assert claimed is not None
     assert claimed.id == first.id
     assert await _messages(right, [first.id]) == ["a", "b"]
+
+
+async def test_the_lanes_follow_a_debounced_run_s_due_time(
+    two_sides: tuple[AgentRuns, AgentRuns], postgres_url: str
+) -> None:
+    """Debounced merges from both sides move heads' due times: after them the workspace's lane
+    names the same first due head as the runs do (the claim reads lanes, ADRs/0017)."""
+    left, right = two_sides
+    window = timedelta(minutes=10)
+
+    def say(runs: AgentRuns, subject: str, message: str) -> Awaitable[AgentRun]:
+        return runs.enqueue(
+            "chat", workspace="acme", subject=subject, payload={"m": message},
+            on_active="merge", debounce=window,
+        )  # fmt: skip
+
+    subjects = [f"d:{n}" for n in range(40)]
+    await _waves([say(left, subject, "a") for subject in subjects])
+    await _claim(left, subjects[0])  # a fold; nothing is due yet
+    await _waves([say(side, subject, "b") for subject in subjects for side in (left, right)])
+    assert_lanes_true(postgres_url)
+    for subject in subjects:
+        [alive] = (await _active(postgres_url))[subject]
+        assert await _messages(left, [alive]) == ["a", "b", "b"]
