@@ -14,6 +14,7 @@ ORDER = (
     "heartbeat",
     "waits",
     "watch",
+    "conversations",
     "faults",
     "console",
     "analysis",

@@ -332,3 +332,58 @@ async def test_a_drained_conversation_shows_what_each_policy_did(
         ({"text": "no, this"}, TerminationReason.COMPLETED),
     ]
     assert [run.id for run in conversation] == [first.id, queued.id, latest.id]
+
+
+async def test_a_drained_conversation_shows_what_a_merge_did(
+    agentruns_harness: HarnessFactory,
+) -> None:
+    """Three messages in quick succession under merge with a debounce make one run, claimed
+    once the messages stopped, answering all three; one after its claim is a run of its own."""
+    harness = agentruns_harness(PLAIN, start=START)
+    chat = {"workspace": "acme", "subject": "chat:1"}
+    window = timedelta(seconds=30)
+    first = await harness.runs.enqueue(
+        "plain", **chat, payload={"text": "hi"}, on_active="merge", debounce=window
+    )
+    for text in ("are you", "there?"):
+        harness.clock.advance(timedelta(seconds=10))
+        joined = await harness.runs.enqueue(
+            "plain", **chat, payload={"text": text}, on_active="merge", debounce=window
+        )
+        assert joined.id == first.id
+    report = await harness.drain()
+    assert report.outcomes == {RunOutcome.COMPLETED: 1}
+    [run] = await harness.conversation("acme", "chat:1")
+    assert run.claimed_at == START + timedelta(seconds=50)
+    assert await harness.inputs(run.id) == [
+        {"text": "hi"},
+        {"text": "are you"},
+        {"text": "there?"},
+    ]
+    late = await harness.runs.enqueue("plain", **chat, payload={"text": "!"}, on_active="merge")
+    await harness.drain()
+    assert [r.id for r in await harness.conversation("acme", "chat:1")] == [first.id, late.id]
+    assert await harness.inputs(late.id) == [{"text": "!"}]
+
+
+async def test_a_recorded_kind_answers_every_merged_message(
+    agentruns_harness: HarnessFactory,
+) -> None:
+    """A recorded kind reads ``ctx.inputs()`` and its result names every message merged in."""
+
+    async def answer(run: AgentRun, ctx: StepContext) -> str:
+        texts = [str(entry["text"]) for entry in await ctx.inputs()]
+        return await ctx.step("answer", _joined, texts)
+
+    harness = agentruns_harness(
+        RunKind(RunKindPolicy(name="answers"), RecordedSteps(answer)), start=START
+    )
+    chat = {"workspace": "acme", "subject": "chat:2"}
+    first = await harness.runs.enqueue("answers", **chat, payload={"text": "a"}, on_active="merge")
+    await harness.runs.enqueue("answers", **chat, payload={"text": "b"}, on_active="merge")
+    await harness.drain()
+    assert (await harness.runs.get(first.id)).result == "a + b"
+
+
+async def _joined(texts: list[str]) -> str:
+    return " + ".join(texts)

@@ -1,18 +1,23 @@
-"""Subject policies under random interleavings of enqueue (queue, reject, interrupt), claim,
-holder end and cancel, some of them raced against each other (ADRs/0028).
+"""Subject policies under random interleavings of enqueue (queue, reject, interrupt, merge),
+claim, holder end and cancel, some of them raced against each other (ADRs/0028, 0031).
 
 After every step, against a reference model: at most one leased run per subject; an interrupt
 leaves its new run the subject's only active run; a reject either names a run that was active or
-finds the subject idle; and no message is lost: every run an enqueue returned is still there,
-active or ended with a reason someone gave it. :func:`policy_machine` builds the machine on any
+finds the subject idle; a merge joins the subject's newest run if it was never claimed, else
+queues (with or without a debounce, while time passes, and a run is never claimed before it is
+due); and no message is lost: every run an enqueue returned is still there, active or ended
+with a reason someone gave it, and every accepted message is an input of the run its enqueue
+returned, which no merge joined after its claim. :func:`policy_machine` builds the machine on any
 stores; the memory one runs here, the PostgreSQL one in ``tests/postgres``.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import random
 from collections.abc import Callable, Coroutine
+from datetime import timedelta
 from typing import Any, TypeVar
 from uuid import UUID
 
@@ -25,9 +30,10 @@ from agentruns.app.kinds import RunKind, RunKinds
 from agentruns.app.ports import Stores
 from agentruns.app.runs import AgentRuns
 from agentruns.domain.errors import IllegalTransition, LeaseLost, SubjectBusy
+from agentruns.domain.payload import JsonObject
 from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.states import AgentRunState
-from agentruns.domain.subject_policy import OnActive
+from agentruns.domain.subject_policy import OnActive, joinable
 from agentruns.domain.termination import TerminationReason
 from tests.contract.conftest import START
 from tests.contract.kinds import policy, scripted_steps
@@ -35,6 +41,7 @@ from tests.contract.kinds import policy, scripted_steps
 T = TypeVar("T")
 SUBJECTS = st.sampled_from(["c:1", "c:2"])
 POLICIES = st.sampled_from(list(OnActive))
+DEBOUNCES = st.sampled_from([None, timedelta(seconds=5)])
 StoresOf = Callable[[ManualClock], tuple[Stores, Callable[[], Coroutine[Any, Any, None]]]]
 
 
@@ -58,8 +65,11 @@ class PolicyMachine(RuleBasedStateMachine):
         stores, self._close = self.stores_of(self.clock)
         kinds = RunKinds([RunKind(policy("chat"), scripted_steps)])
         self.runs = AgentRuns(stores, kinds, random.Random(0))
-        self.enqueued: list[UUID] = []  # every message an enqueue accepted
+        self.enqueued: list[UUID] = []  # every run an enqueue returned
         self.ended_by: dict[UUID, TerminationReason] = {}
+        self.said: dict[int, UUID] = {}  # each accepted message, and the run that took it
+        self.read_at_claim: dict[UUID, list[JsonObject]] = {}  # what each claim's kind read
+        self.messages = itertools.count()
 
     def teardown(self) -> None:
         self.run(self._close())
@@ -72,13 +82,30 @@ class PolicyMachine(RuleBasedStateMachine):
         page = self.run(self.runs.list_runs(workspace="acme", subject=subject, limit=1000))
         return [run for run in page.runs if run.state is not AgentRunState.ENDED]
 
-    async def _enqueue(self, subject: str, on_active: OnActive) -> AgentRun | SubjectBusy:
+    async def _enqueue(
+        self, subject: str, on_active: OnActive, debounce: timedelta | None = None
+    ) -> AgentRun | SubjectBusy:
+        message = next(self.messages)
         try:
-            return await self.runs.enqueue(
-                "chat", workspace="acme", subject=subject, on_active=on_active
+            run = await self.runs.enqueue(
+                "chat",
+                workspace="acme",
+                subject=subject,
+                on_active=on_active,
+                payload={"m": message},
+                debounce=debounce if on_active is OnActive.MERGE else None,
             )
         except SubjectBusy as busy:
             return busy
+        self.said[message] = run.id
+        return run
+
+    async def _claim(self, subject: str) -> AgentRun | None:
+        claimed = await self.runs.claim_subject("w", "acme", subject, kinds=["chat"])
+        if claimed is not None:
+            assert claimed.due_at <= self.clock.now()  # a debounced run is not claimed early
+            self.read_at_claim.setdefault(claimed.id, await self.runs.inputs(claimed.id))
+        return claimed
 
     def _accepted(self, outcome: AgentRun | SubjectBusy, before: list[AgentRun]) -> None:
         if isinstance(outcome, SubjectBusy):
@@ -86,17 +113,21 @@ class PolicyMachine(RuleBasedStateMachine):
         else:
             self.enqueued.append(outcome.id)
 
-    @rule(subject=SUBJECTS, on_active=POLICIES)
-    def enqueue(self, subject: str, on_active: OnActive) -> None:
+    @rule(subject=SUBJECTS, on_active=POLICIES, debounce=DEBOUNCES)
+    def enqueue(self, subject: str, on_active: OnActive, debounce: timedelta | None) -> None:
         before = self.active(subject)
-        outcome = self.run(self._enqueue(subject, on_active))
+        outcome = self.run(self._enqueue(subject, on_active, debounce))
         after = self.active(subject)
         self._accepted(outcome, before)
         if isinstance(outcome, SubjectBusy):
             assert on_active is OnActive.REJECT
             assert {run.id for run in after} == {run.id for run in before}
             return
-        if on_active is OnActive.QUEUE:
+        newest = before[0] if before else None  # listed newest first
+        if on_active is OnActive.MERGE and newest is not None and joinable(newest):
+            assert outcome.id == newest.id
+            assert [run.id for run in after] == [run.id for run in before]
+        elif on_active in (OnActive.QUEUE, OnActive.MERGE):
             assert [run.id for run in after][1:] == [run.id for run in before]
         else:
             assert [run.id for run in after] == [outcome.id]
@@ -107,7 +138,7 @@ class PolicyMachine(RuleBasedStateMachine):
 
     @rule(target=fences, subject=SUBJECTS)
     def claim(self, subject: str) -> AgentRunFence:
-        claimed = self.run(self.runs.claim_subject("w", "acme", subject, kinds=["chat"]))
+        claimed = self.run(self._claim(subject))
         return claimed.fence if claimed is not None else AgentRunFence(UUID(int=0), "acme", 1)
 
     @rule(fence=fences, reason=st.sampled_from([TerminationReason.COMPLETED]))
@@ -125,15 +156,20 @@ class PolicyMachine(RuleBasedStateMachine):
             self.run(self.runs.cancel(alive[-1].id))
             self.ended_by[alive[-1].id] = TerminationReason.CANCELLED
 
+    @rule()
+    def time_passes(self) -> None:
+        """A debounced run falls due only as the clock moves."""
+        self.clock.advance(timedelta(seconds=4))
+
     @rule(subject=SUBJECTS, one=POLICIES, two=POLICIES)
     def two_enqueues_race_a_claim(self, subject: str, one: OnActive, two: OnActive) -> None:
         before = self.active(subject)
 
         async def race() -> tuple[AgentRun | SubjectBusy, AgentRun | SubjectBusy, Any]:
             return await asyncio.gather(
-                self._enqueue(subject, one),
+                self._enqueue(subject, one, timedelta(seconds=5)),
                 self._enqueue(subject, two),
-                self.runs.claim_subject("w", "acme", subject, kinds=["chat"]),
+                self._claim(subject),
             )
 
         first, second, _ = self.run(race())
@@ -160,6 +196,10 @@ class PolicyMachine(RuleBasedStateMachine):
             run = self.run(self.runs.get(run_id))
             if run.state is AgentRunState.ENDED:
                 assert run.end_reason is self.ended_by.get(run_id), (run, self.ended_by)
+        for message, run_id in self.said.items():
+            assert {"m": message} in self.run(self.runs.inputs(run_id))
+        for run_id, read in self.read_at_claim.items():
+            assert self.run(self.runs.inputs(run_id)) == read
 
 
 def policy_settings(max_examples: int) -> settings:

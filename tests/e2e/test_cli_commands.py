@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from contextlib import contextmanager
+from datetime import UTC, datetime, timedelta
 from uuid import UUID, uuid4
 
 import psycopg
@@ -354,3 +355,25 @@ def test_enqueue_on_active_rejects_in_one_line_or_interrupts(postgres_url: str) 
     assert shown(postgres_url, second)["state"] == "queued"
     listed = json.loads(ok(invoke(postgres_url, "runs", "list", "--json")))
     assert len(listed["runs"]) == 2
+
+
+def test_enqueue_on_active_merge_joins_the_queued_run_with_a_debounce(postgres_url: str) -> None:
+    """A merge prints the run it joined and says so on stderr; the debounce moves its due
+    time; a bad --debounce is one line, and a debounce without merge is refused."""
+    args = ["enqueue", REVIEW, "--kinds", KINDS, "--subject", "chat:m", "--on-active", "merge"]
+    made = invoke(postgres_url, *args, "--payload", '{"m": 1}')
+    first = UUID(ok(made).strip())
+    assert "a new run" in made.stderr
+    joined = invoke(postgres_url, *args, "--payload", '{"m": 2}', "--debounce", "600")
+    assert UUID(ok(joined).strip()) == first
+    assert f"merged into run {first}, no new run" in joined.stderr
+    due = datetime.fromisoformat(str(shown(postgres_url, first)["due_at"]))
+    assert due > datetime.now(UTC) + timedelta(seconds=500)
+    bad = invoke(postgres_url, *args, "--debounce", "-1")
+    assert bad.exit_code != 0
+    assert "--debounce is a number of seconds" in bad.output
+    plain = invoke(postgres_url, "enqueue", REVIEW, "--kinds", KINDS, "--debounce", "5")
+    assert plain.exit_code != 0
+    assert "a debounce is a merge's" in plain.output
+    listed = json.loads(ok(invoke(postgres_url, "runs", "list", "--json")))
+    assert len(listed["runs"]) == 1

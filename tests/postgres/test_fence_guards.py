@@ -119,6 +119,22 @@ ILLEGAL = {
         WAKE.replace("due_at = now()", "due_at = now() - interval '1 hour'"),
         "guard_agent_run",
     ),
+    # A merge's debounce (ADRs/0031) moves only a run never claimed, and only later.
+    "requeued run made due later": Illegal(
+        "requeued",
+        "UPDATE agent_run SET due_at = due_at + interval '1 hour' WHERE id = %(run)s",
+        "guard_agent_run",
+    ),
+    "queued run made due earlier": Illegal(
+        "queued",
+        "UPDATE agent_run SET due_at = due_at - interval '1 hour' WHERE id = %(run)s",
+        "guard_agent_run",
+    ),
+    "queued run never claimed given a holder while made due later": Illegal(
+        "queued",
+        "UPDATE agent_run SET due_at = due_at + interval '1 hour', holder = 'w' WHERE id = %(run)s",
+        "guard_agent_run_queued",
+    ),
     "waiting run whose wait is moved, not ended": Illegal(
         "waiting",
         "UPDATE agent_run SET waiting_until = now() WHERE id = %(run)s",
@@ -519,6 +535,18 @@ def test_a_parked_wait_is_offered_again_and_claimed(db: Db) -> None:
             "SELECT state, epoch, attempt, parked FROM agent_run WHERE id = %(run)s", params
         )
         assert row.fetchone() == ("leased", 2, 0, False)
+
+
+def test_a_debounce_of_a_run_never_claimed_is_legal(db: Db) -> None:
+    """ADRs/0031: a queued run at epoch 0 is made due later; the next claim takes epoch 1."""
+    run = _start(db, "queued")
+    params = {"run": run}
+    db.execute(
+        "UPDATE agent_run SET due_at = due_at + interval '1 minute' WHERE id = %(run)s", params
+    )
+    db.execute(CLAIM, params)
+    row = db.execute("SELECT state, epoch, attempt FROM agent_run WHERE id = %(run)s", params)
+    assert row.fetchone() == ("leased", 1, 0)
 
 
 def test_a_lease_moved_into_the_past_is_legal_and_fences_nothing_else(db: Db) -> None:

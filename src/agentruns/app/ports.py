@@ -313,6 +313,11 @@ class RunStore(Protocol):
         sleep) since ``since`` until ``until``; the run stays its subject's head."""
         ...
 
+    async def postpone(self, tx: Transaction, run_id: UUID, due_at: datetime) -> AgentRun:
+        """A merge's debounce (ADRs/0031): the run, locked by this transaction, queued and never
+        claimed, is due at ``due_at`` (later than it was). Nothing else of it changes."""
+        ...
+
     async def clear_wait(self, tx: Transaction, fence: AgentRunFence) -> None:
         """The leased run's wait resolved (its step is recorded): it waits for nothing."""
         ...

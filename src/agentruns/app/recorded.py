@@ -38,6 +38,9 @@ Boundary = Callable[[str, Callable[[], Awaitable[JsonObject]]], Awaitable[JsonOb
 # the timeout) -> the wait's record when it resolved, None when the run was given back.
 Waiter = Callable[[str | None, int, timedelta], Awaitable[JsonObject | None]]
 
+# The inputs of the run (ADRs/0031): its payload, then each merged enqueue's.
+Inputs = Callable[[], Awaitable[list[JsonObject]]]
+
 # The longest a wait or a sleep may last.
 MAX_WAIT = limits.MAX_DELAY
 
@@ -53,16 +56,31 @@ class StepContext:
     """What a recorded kind's code gets beside its run: :meth:`step`, the one way to make a step
     whose result survives a retry. One context serves one attempt of one run."""
 
-    __slots__ = ("_boundary", "_replay", "_running", "_waiter", "run")
+    __slots__ = ("_boundary", "_inputs", "_replay", "_running", "_waiter", "run")
 
     def __init__(
-        self, run: AgentRun, replay: Replay, boundary: Boundary, waiter: Waiter | None = None
+        self,
+        run: AgentRun,
+        replay: Replay,
+        boundary: Boundary,
+        waiter: Waiter | None = None,
+        inputs: Inputs | None = None,
     ) -> None:
         self.run = run
         self._replay = replay
         self._boundary = boundary
         self._waiter = waiter
+        self._inputs = inputs
         self._running: str | None = None  # the step being run, if one is
+
+    async def inputs(self) -> list[JsonObject]:
+        """What the run answers (ADRs/0031): its payload, then the payload of each enqueue that
+        merged into it (``on_active="merge"``), in the order they joined. A claimed run is
+        never joined, so every attempt and every replay reads the same list. Driven outside a
+        worker (the kind called as a generator), the run's payload alone."""
+        if self._inputs is None:
+            return [self.run.payload]
+        return await self._inputs()
 
     @property
     def replaying(self) -> bool:

@@ -94,6 +94,14 @@ class Enqueued:
     created: bool
 
 
+@dataclass(frozen=True, slots=True)
+class _Merge:
+    """A merge's debounce window (``None``: none) and its longest wait from the enqueue."""
+
+    debounce: timedelta | None
+    max_wait: timedelta | None
+
+
 class _BudgetHeld(Exception):
     def __init__(self, holds: list[BudgetHold]) -> None:
         super().__init__("budget held")
@@ -177,6 +185,7 @@ class AgentRuns:
         deadline_at: datetime | None = None,
         key: str | None = None,
         on_active: OnActive | str | None = None,
+        debounce: timedelta | None = None,
         tx: Transaction | None = None,
     ) -> AgentRun:
         """Queue a run. An unknown kind, a bad band, a name, payload or time outside the limits
@@ -193,13 +202,29 @@ class AgentRuns:
         subject has a run that has not ended (:mod:`agentruns.domain.subject_policy`,
         ADRs/0028): ``queue`` behind it; ``reject`` (:class:`~agentruns.domain.errors.SubjectBusy`
         names it, nothing is written); ``interrupt`` (each such run is ended cancelled, its
-        holder told, and the new run is the subject's next, in one transaction). A key is looked
-        up first: a held key returns its run whatever the policy.
+        holder told, and the new run is the subject's next, in one transaction); ``merge`` (if
+        the subject's newest active run was never claimed, the new work joins it: that run is
+        returned, its payload unchanged, and the kind reads every input with :meth:`inputs`;
+        else the run is queued as ``queue`` does). ``debounce`` (else the kind's
+        ``RunKindPolicy.debounce``; merge only) keeps a run that a merge made or joined from
+        being claimed until that long after the last work arrived, and no later than the
+        kind's ``debounce_max_wait`` after its enqueue (ADRs/0031). A key is looked up first: a
+        held key returns its run whatever the policy; a key with ``merge`` is refused.
 
         With tracing on, the enqueue is a span in the caller's trace, and the run keeps that
         span's context: each attempt's spans link to it (ADRs/0014)."""
         done = await self._enqueue(
-            kind, workspace, subject, band, payload, due_at, deadline_at, key, on_active, tx
+            kind,
+            workspace,
+            subject,
+            band,
+            payload,
+            due_at,
+            deadline_at,
+            key,
+            on_active,
+            debounce,
+            tx,
         )
         return done.run
 
@@ -209,20 +234,39 @@ class AgentRuns:
         *,
         workspace: str,
         subject: str,
-        key: str,
+        key: str | None,
         band: Band | str | int = Band.BATCH,
         payload: object = None,
         due_at: datetime | None = None,
         deadline_at: datetime | None = None,
         on_active: OnActive | str | None = None,
+        debounce: timedelta | None = None,
         tx: Transaction | None = None,
     ) -> Enqueued:
-        """:meth:`enqueue` with a key, saying whether the run is new: ``Enqueued(run,
-        created)``. Two enqueues racing with one key make one run and both get it."""
+        """:meth:`enqueue` with a key, or under ``merge``, saying whether a run was made:
+        ``Enqueued(run, created)``; ``created`` is False when the key named a run already, or
+        when the work joined a queued run (ADRs/0031). Two enqueues racing with one key make one
+        run and both get it. ``key=None`` is taken only under ``merge`` (the argument or the
+        kind's policy)."""
         if key is None:
-            raise InvalidRequest("enqueue_once needs a key")
+            registered = self._kinds.get(kind)
+            merging = (
+                registered.policy.on_active if on_active is None else OnActive.parse(on_active)
+            )
+            if merging is not OnActive.MERGE:
+                raise InvalidRequest("enqueue_once needs a key (or on_active merge)")
         return await self._enqueue(
-            kind, workspace, subject, band, payload, due_at, deadline_at, key, on_active, tx
+            kind,
+            workspace,
+            subject,
+            band,
+            payload,
+            due_at,
+            deadline_at,
+            key,
+            on_active,
+            debounce,
+            tx,
         )
 
     async def _enqueue(
@@ -236,10 +280,27 @@ class AgentRuns:
         deadline_at: datetime | None,
         key: str | None,
         on_active: OnActive | str | None,
+        debounce: timedelta | None,
         tx: Transaction | None,
     ) -> Enqueued:
         registered = self._kinds.get(kind)
         policy = registered.policy.on_active if on_active is None else OnActive.parse(on_active)
+        window = subject_policy.debounce_window(debounce)
+        if window is not None and policy is not OnActive.MERGE:
+            raise InvalidRequest(f"a debounce is a merge's: on_active is {policy}, not merge")
+        if policy is OnActive.MERGE and key is not None:
+            raise InvalidRequest(
+                "an enqueue key and on_active merge are not taken together: a key names one "
+                "run's work, and a merge's work joins another run (ADRs/0031)"
+            )
+        merge = (
+            None
+            if policy is not OnActive.MERGE
+            else _Merge(
+                window if window is not None else registered.policy.debounce,
+                registered.policy.debounce_max_wait,
+            )
+        )
         due = limits.optional_moment(due_at, "due_at")
         deadline = limits.optional_moment(deadline_at, "deadline_at")
         limits.deadline_after_due(due, deadline)
@@ -262,7 +323,7 @@ class AgentRuns:
                 new = replace(new, trace_context=carrier)
             kept_for = registered.policy.key_retention
             if policy is not OnActive.QUEUE:
-                return await self._on_active(new, policy, kept_for, registered.handler, tx)
+                return await self._on_active(new, policy, kept_for, registered.handler, tx, merge)
             async with self.transaction(tx) as inner:
                 if new.key is None:
                     done = Enqueued(await self._stores.runs.insert(inner, new), created=True)
@@ -279,13 +340,15 @@ class AgentRuns:
         kept_for: timedelta,
         handler: AgentRunHandler,
         tx: Transaction | None,
+        merge: _Merge | None = None,
     ) -> Enqueued:
-        """An enqueue under ``reject`` or ``interrupt``, in one transaction (ADRs/0028); one
-        that PostgreSQL aborted as a deadlock runs again if the transaction is its own."""
+        """An enqueue under ``reject``, ``interrupt`` or ``merge``, in one transaction (ADRs/0028,
+        0031); one that PostgreSQL aborted as a deadlock runs again if the transaction is its
+        own."""
         for attempt in range(_CONFLICT_RETRIES):
             try:
                 async with self.transaction(tx) as inner:
-                    done = await self._apply_policy(inner, new, policy, kept_for)
+                    done = await self._apply_policy(inner, new, policy, kept_for, merge)
                     if done.created:
                         await handler.on_moved(inner, done.run)
                     return done
@@ -295,29 +358,50 @@ class AgentRuns:
         raise AssertionError("unreachable")
 
     async def _apply_policy(
-        self, tx: Transaction, new: NewRun, policy: OnActive, kept_for: timedelta
+        self,
+        tx: Transaction,
+        new: NewRun,
+        policy: OnActive,
+        kept_for: timedelta,
+        merge: _Merge | None = None,
     ) -> Enqueued:
         """Hold the subject, look the key up, then let the domain decide on the subject's
-        active runs: reject, or end them cancelled before the insert.
+        active runs: reject, end them cancelled before the insert, or join the newest.
 
-        Lock order for an interrupt: each active run's domain row, then the run, and only then
-        the subject, the lock an ending run's trigger takes after its row: a holder ending its
-        run at that moment is waited for, not deadlocked. A run that appeared between the two
-        reads is locked after the subject (rarely; a deadlock there runs the enqueue again)."""
+        Lock order for an interrupt and a merge: each run it will write (its domain row, then
+        the run), and only then the subject, the lock an ending run's trigger takes after its
+        row: a holder ending its run at that moment is waited for, not deadlocked. A run that
+        appeared between the two reads is locked after the subject (rarely; a deadlock there
+        runs the enqueue again). A merge decides on a read made after its run's lock: a claim
+        that committed first shows the run leased (the work is queued as a new run), and a
+        claim after it skips the locked run until the merge committed."""
         runs = self._stores.runs
         locked: set[UUID] = set()
-        if policy is OnActive.INTERRUPT:
-            await self._lock_runs(
-                tx, await runs.active_runs(tx, new.workspace, new.subject), locked
-            )
+        if policy is not OnActive.REJECT:
+            first = await runs.active_runs(tx, new.workspace, new.subject)
+            if policy is OnActive.INTERRUPT:
+                await self._lock_runs(tx, first, locked)
+            else:
+                early = subject_policy.decide(policy, first, kind=new.kind)
+                if isinstance(early, subject_policy.Join):
+                    await self._lock_runs(tx, [early.into], locked)
         await runs.lock_subject(tx, new.workspace, new.subject)
         if new.key is not None:
             found = await self._held_key(tx, new, kept_for)
             if found is not None:
                 return found
-        decision = subject_policy.decide(
-            policy, await runs.active_runs(tx, new.workspace, new.subject)
-        )
+        while True:
+            decision = subject_policy.decide(
+                policy, await runs.active_runs(tx, new.workspace, new.subject), kind=new.kind
+            )
+            if not isinstance(decision, subject_policy.Join) or decision.into.id in locked:
+                break
+            await self._lock_runs(tx, [decision.into], locked)  # then read again
+        if isinstance(decision, subject_policy.Join):
+            assert merge is not None
+            return Enqueued(await self._join(tx, decision.into, new, merge), created=False)
+        if merge is not None and merge.debounce is not None:
+            new = await self._debounced(tx, new, merge)
         await self._lock_runs(tx, decision.interrupt, locked)
         for run in decision.interrupt:
             ended = await runs.end(tx, run.id, TerminationReason.CANCELLED, None)
@@ -325,6 +409,34 @@ class AgentRuns:
         if new.key is None:
             return Enqueued(await runs.insert(tx, new), created=True)
         return await self._keyed(tx, new, kept_for)
+
+    async def _join(self, tx: Transaction, into: AgentRun, new: NewRun, merge: _Merge) -> AgentRun:
+        """``new``'s work joins ``into`` (locked, and read after its lock: never claimed): one
+        more merged input, and with a debounce a later due time."""
+        runs = self._stores.runs
+        subject_policy.check_merged(into, await runs.signals(tx, into.id), new.payload)
+        await runs.deliver_signal(tx, into.id, subject_policy.MERGED, str(new.id), new.payload)
+        if merge.debounce is not None:
+            now = await runs.now(tx)
+            due = subject_policy.debounced_due(
+                into.due_at, into.enqueued_at, now, merge.debounce, merge.max_wait
+            )
+            if due != into.due_at:
+                await runs.postpone(tx, into.id, due)
+        joined = await runs.get(tx, into.id)
+        assert joined is not None  # locked by this transaction
+        return joined
+
+    async def _debounced(self, tx: Transaction, new: NewRun, merge: _Merge) -> NewRun:
+        """``new`` due no sooner than its debounce after now (it is a merge's first work)."""
+        assert merge.debounce is not None
+        now = await self._stores.runs.now(tx)
+        due = subject_policy.debounced_due(
+            new.due_at or now, now, now, merge.debounce, merge.max_wait
+        )
+        if new.deadline_at is not None:
+            limits.deadline_after_due(due, new.deadline_at)
+        return replace(new, due_at=due)
 
     async def _lock_runs(
         self, tx: Transaction, found: Sequence[AgentRun], locked: set[UUID]
@@ -658,6 +770,11 @@ class AgentRuns:
         none either (:class:`~agentruns.domain.errors.RunNotFound`); nothing is written then."""
         limits.run_id(run_id)
         checked_name = _name(name, "a signal's name")
+        if subject_policy.reserved(checked_name):
+            raise InvalidRequest(
+                f"signal names beginning {subject_policy.RESERVED_PREFIX!r} are agentruns' own "
+                f"(a merge's input is one): not {limits.shown(checked_name)}"
+            )
         checked = validate_payload({"payload": payload})["payload"]
         given = str(self._new_id()) if signal_id is None else _name(signal_id, "a signal's id")
         try:
@@ -692,6 +809,18 @@ class AgentRuns:
         # Counted once committed: a delivery rolled back is no signal.
         self._metrics.signalled(found.kind, delivered.created)
         return delivered
+
+    async def inputs(self, run_id: UUID) -> list[JsonObject]:
+        """The inputs the run answers (ADRs/0031): its payload as it was enqueued, then the
+        payload of each enqueue that merged into it, in the order they joined. A merge joins
+        only a run never claimed, so a claimed run's inputs no longer change: every attempt
+        (and a replay of recorded steps) reads the same list. RunNotFound if no such run."""
+        limits.run_id(run_id)
+        async with self.transaction() as inner:
+            run = await self._stores.runs.get(inner, run_id)
+            if run is None:
+                raise RunNotFound(f"no run {run_id}")
+            return subject_policy.inputs(run, await self._stores.runs.signals(inner, run_id))
 
     async def signals(self, run_id: UUID) -> list[Signal]:
         """The signals delivered to the run, in delivery order (RunNotFound if none such)."""

@@ -286,7 +286,10 @@ class Worker:
             self._metrics.waited(run.kind, came_to(record))
             return record
 
-        result = await steps.function(run, StepContext(run, replay, record, wait))
+        async def inputs() -> list[JsonObject]:
+            return await self._runs.inputs(run.id)
+
+        result = await steps.function(run, StepContext(run, replay, record, wait, inputs))
         replay.finish()
         return result
 

@@ -9,7 +9,7 @@ from agentruns.domain import limits
 from agentruns.domain.backoff import Backoff
 from agentruns.domain.errors import InvalidRequest
 from agentruns.domain.keys import DEFAULT_KEY_RETENTION, retention
-from agentruns.domain.subject_policy import OnActive
+from agentruns.domain.subject_policy import OnActive, debounce_window
 
 DEFAULT_RETRY_BUDGET = 3
 # Attempts are PostgreSQL integers; a budget beyond this many requeues is a mistake.
@@ -32,8 +32,11 @@ class RunKindPolicy:
     ended run until then, and makes a new run after (:mod:`agentruns.domain.keys`).
 
     ``on_active`` is what an enqueue that names no policy does when its subject has a run that
-    has not ended: queue behind it (the default), reject, or interrupt it
-    (:mod:`agentruns.domain.subject_policy`)."""
+    has not ended: queue behind it (the default), reject, interrupt it, or merge into its
+    newest run if that was never claimed (:mod:`agentruns.domain.subject_policy`).
+    ``debounce`` is a merge's default window (``None``: none): a run that new work joins, or
+    that a merge makes, is not claimed until that long after the last work arrived, and no
+    later than ``debounce_max_wait`` after its first (``None``: no bound) (ADRs/0031)."""
 
     name: str
     retry_budget: int = DEFAULT_RETRY_BUDGET
@@ -43,6 +46,8 @@ class RunKindPolicy:
     step_timeout: timedelta | None = None
     key_retention: timedelta = DEFAULT_KEY_RETENTION
     on_active: OnActive = OnActive.QUEUE
+    debounce: timedelta | None = None
+    debounce_max_wait: timedelta | None = None
 
     def __post_init__(self) -> None:
         # InvalidRequest is a ValueError: a bad policy fails where the host builds it.
@@ -58,5 +63,7 @@ class RunKindPolicy:
             limits.duration(self.step_timeout, "a step timeout", longest=limits.MAX_LEASE)
         retention(self.key_retention)
         OnActive.parse(self.on_active)
+        debounce_window(self.debounce, "a kind's debounce")
+        debounce_window(self.debounce_max_wait, "a kind's debounce_max_wait")
         if self.backoff.cap > limits.MAX_DELAY:
             raise InvalidRequest(f"a backoff's cap is at most {limits.MAX_DELAY}")

@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from types import TracebackType
 from typing import TYPE_CHECKING, Protocol, Self
+from uuid import UUID
 
 from agentruns.adapters.clock import ManualClock
 from agentruns.adapters.memory import MemoryFamily
@@ -46,6 +47,7 @@ from agentruns.app.scheduler import AgentScheduler
 from agentruns.app.schedules import AgentSchedules
 from agentruns.app.worker import Worker
 from agentruns.domain.claim_order import next_moment
+from agentruns.domain.payload import JsonObject
 from agentruns.domain.run import AgentRun
 from agentruns.domain.schedule import Schedule
 from agentruns.domain.states import AgentRunState
@@ -127,7 +129,8 @@ class AgentRunsHarness:
     async def conversation(self, workspace: str, subject: str) -> list[AgentRun]:
         """Every run of one subject (a conversation), oldest first, on either adapter: after a
         drain, what each message became under its enqueue's policy (ADRs/0028), each run ended
-        ``completed``, ``cancelled`` by an interrupt, or still queued."""
+        ``completed``, ``cancelled`` by an interrupt, or still queued. Messages merged into a
+        run (ADRs/0031) are that one run: :meth:`inputs` lists what it answered."""
         found: list[AgentRun] = []
         cursor: str | None = None
         while True:
@@ -139,6 +142,11 @@ class AgentRunsHarness:
                 break
             cursor = page.next_cursor
         return sorted(found, key=lambda run: run.seq)
+
+    async def inputs(self, run_id: UUID) -> list[JsonObject]:
+        """What the run answers (:meth:`agentruns.AgentRuns.inputs`): its payload, then each
+        merged message's, in the order they joined."""
+        return await self.runs.inputs(run_id)
 
     async def next_moment(self, *, waits: bool = True) -> datetime | None:
         """When production would next act if only time moved: a subject's head falls due, a

@@ -26,7 +26,7 @@ from agentruns.app.ports import (
     TakeBack,
     Transaction,
 )
-from agentruns.domain import run as transitions, waits
+from agentruns.domain import run as transitions, subject_policy, waits
 from agentruns.domain.claim_order import ClaimContext, next_claims
 from agentruns.domain.errors import (
     AgentRunsError,
@@ -286,6 +286,17 @@ class MemoryRunStore(RunStore):
             run.apply(change), waiting_for=waiting_for, waiting_until=until, waiting_since=since
         )
         return self._write(tx, parked)
+
+    async def postpone(self, tx: Transaction, run_id: UUID, due_at: datetime) -> AgentRun:
+        self._database.check(tx)
+        run = self._existing(run_id)
+        if not subject_policy.joinable(run) or run.due_at >= due_at:
+            raise IllegalTransition(
+                run.state,
+                AgentRunState.QUEUED,
+                f"run {run_id} is not a queued run never claimed and due before {due_at}",
+            )
+        return self._write(tx, replace(run, due_at=due_at))
 
     async def clear_wait(self, tx: Transaction, fence: AgentRunFence) -> None:
         run = await self.require_current(tx, fence)

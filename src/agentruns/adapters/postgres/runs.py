@@ -426,6 +426,17 @@ class PostgresRunStore(RunStore):
             await self.refuse_fenced(tx, fence)
         return run
 
+    async def postpone(self, tx: Tx, run_id: UUID, due_at: datetime) -> AgentRun:
+        run = await self._one(tx, sql.POSTPONE, run_id=run_id, due_at=due_at)
+        if run is None:
+            current, _ = await self._read(tx, run_id)
+            raise IllegalTransition(
+                current.state,
+                AgentRunState.QUEUED,
+                f"run {run_id} is not a queued run never claimed and due before {due_at}",
+            )
+        return run
+
     async def clear_wait(self, tx: Tx, fence: AgentRunFence) -> None:
         rows = await fetch(tx, sql.CLEAR_WAIT, self._params(**_fence_params(fence)))
         if not rows:

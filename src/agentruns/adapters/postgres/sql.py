@@ -235,6 +235,15 @@ woken AS (
 SELECT CAST(pg_notify('agent_run', woken.workspace) AS text) AS told FROM woken
 """)
 
+# A merge's debounce (ADRs/0031): a queued run never claimed is due later. The only queued ->
+# queued write of a run's due time besides a wake; guard_agent_run admits it at epoch 0 only.
+POSTPONE = statement(f"""
+UPDATE agent_run SET due_at = CAST(:due_at AS timestamptz)
+WHERE id = :run_id AND state = 'queued' AND epoch = 0 AND waiting_until IS NULL
+  AND due_at < CAST(:due_at AS timestamptz)
+RETURNING {RUN_COLUMNS}
+""")
+
 _SIGNAL_COLUMNS = "id, run_id, name, signal_id, payload, delivered_at"
 
 # Once per (run, signal id): a second delivery inserts nothing (and reads the first: SIGNAL_BY_ID).

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
 from typing import Annotated, TypeVar
@@ -144,15 +145,26 @@ def enqueue(
         typer.Option(
             "--on-active",
             help="When the subject has a run that has not ended: queue behind it, reject "
-            "(nothing is written, exit 1) or interrupt it (cancelled; the new run is next).",
+            "(nothing is written, exit 1), interrupt it (cancelled; the new run is next) or "
+            "merge (join its newest run if never claimed; no new run).",
             show_default="the kind's policy",
+        ),
+    ] = None,
+    debounce: Annotated[
+        float | None,
+        typer.Option(
+            "--debounce",
+            help="With merge: the run is not claimed until SECONDS after the last work "
+            "that joined it (at most the kind's debounce_max_wait after its first).",
+            show_default="the kind's debounce",
         ),
     ] = None,
     data_dir: DataDir = None,
     database_name: DatabaseName = None,
 ) -> None:
     """Queue a run; print its id (alone on stdout, for scripts). With --key, stderr says
-    whether the run is new or was already enqueued with that key."""
+    whether the run is new or was already enqueued with that key; with merge, whether the work
+    made a run or joined one."""
 
     def body() -> None:
         config = settings()
@@ -169,6 +181,8 @@ def enqueue(
             ) from None
         Band.parse(band)
         policy = None if on_active is None else OnActive.parse(on_active)
+        merging = (policy or registry.get(kind).policy.on_active) is OnActive.MERGE
+        window = None if debounce is None else _seconds(debounce, "--debounce")
         with database(config, data_dir, database_name) as url:
             built = postgres_container(config, url, registry)
 
@@ -182,7 +196,7 @@ def enqueue(
                     named = f"{kind}:{now.timestamp():.6f}" if key is None else f"{kind}:{key}"
                 due_at = None if due is None else moment(due, "--due", now)
                 deadline_at = None if deadline is None else moment(deadline, "--deadline", now)
-                if key is not None:
+                if key is not None or merging:
                     return await runs.enqueue_once(
                         kind,
                         workspace=workspace,
@@ -193,10 +207,11 @@ def enqueue(
                         due_at=due_at,
                         deadline_at=deadline_at,
                         on_active=policy,
+                        debounce=window,
                     )
                 run = await runs.enqueue(
                     kind, workspace=workspace, subject=named, band=band, payload=data,
-                    due_at=due_at, deadline_at=deadline_at, on_active=policy,
+                    due_at=due_at, deadline_at=deadline_at, on_active=policy, debounce=window,
                 )  # fmt: skip
                 return Enqueued(run, created=True)
 
@@ -210,11 +225,21 @@ def enqueue(
                 f"{done.run.state}, nothing new was written",
                 markup=False,
             )
+        elif merging:
+            joined = "a new run" if done.created else f"merged into run {done.run.id}, no new run"
+            err.print(f"agentruns: {joined}, due {done.run.due_at.isoformat()}", markup=False)
 
     guarded(body)
 
 
 # -- runs -----------------------------------------------------------------------------------
+
+
+def _seconds(value: float, option: str) -> timedelta:
+    """``value`` seconds as a duration, or one line naming ``option``."""
+    if not math.isfinite(value) or value <= 0 or value > limits.MAX_DELAY.total_seconds():
+        raise CliError(f"{option} is a number of seconds above 0 and at most a year and a day")
+    return timedelta(seconds=value)
 
 
 def _run_id(text: str) -> UUID | str:

@@ -8,9 +8,10 @@
 -- Refusals are check violations named after their rule:
 --   guard_agent_run            the state table (queued -> leased | ended, leased -> leased |
 --                              queued | ended, queued -> queued only to become the head, to
---                              wake from a wait (ADRs/0025) or to offer a parked wait again
---                              (ADRs/0029); a leased run is never parked) and the run's identity
---                              (id, kind, workspace, subject);
+--                              wake from a wait (ADRs/0025), to offer a parked wait again
+--                              (ADRs/0029), or, never claimed, to be due later (a merge's
+--                              debounce, ADRs/0031); a leased run is never parked) and the
+--                              run's identity (id, kind, workspace, subject);
 --   guard_agent_run_epoch      a claim takes exactly the next epoch; nothing else changes it;
 --   guard_agent_run_holder     the holder changes only with a claim, or is cleared by a requeue;
 --   guard_agent_run_attempt    an attempt is spent only by a lease going back to the queue;
@@ -64,6 +65,9 @@ BEGIN
              OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NEW.head = OLD.head
                  AND OLD.parked AND NOT NEW.parked
                  AND NEW.waiting_until IS NOT DISTINCT FROM OLD.waiting_until)
+             OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NEW.head = OLD.head
+                 AND OLD.epoch = 0 AND OLD.waiting_until IS NULL AND NEW.waiting_until IS NULL
+                 AND NEW.due_at > OLD.due_at)
              OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended')))
         AND NEW.epoch = OLD.epoch + (OLD.state = 'queued' AND NEW.state = 'leased')::integer
         AND (NEW.holder IS NOT DISTINCT FROM OLD.holder OR NEW.state = 'queued'
@@ -95,6 +99,9 @@ BEGIN
             OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NEW.head = OLD.head
                 AND OLD.parked AND NOT NEW.parked
                 AND NEW.waiting_until IS NOT DISTINCT FROM OLD.waiting_until)
+            OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NEW.head = OLD.head
+                AND OLD.epoch = 0 AND OLD.waiting_until IS NULL AND NEW.waiting_until IS NULL
+                AND NEW.due_at > OLD.due_at)
             OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended'))) THEN
         RAISE EXCEPTION 'agent_run %: illegal transition % -> %', OLD.id, OLD.state, NEW.state
             USING ERRCODE = 'check_violation', CONSTRAINT = 'guard_agent_run';
@@ -144,6 +151,9 @@ CREATE TRIGGER guard_agent_run BEFORE UPDATE ON agent_run FOR EACH ROW
              OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NEW.head = OLD.head
                  AND OLD.parked AND NOT NEW.parked
                  AND NEW.waiting_until IS NOT DISTINCT FROM OLD.waiting_until)
+             OR (OLD.state = 'queued' AND NEW.state = 'queued' AND NEW.head = OLD.head
+                 AND OLD.epoch = 0 AND OLD.waiting_until IS NULL AND NEW.waiting_until IS NULL
+                 AND NEW.due_at > OLD.due_at)
              OR (OLD.state = 'leased' AND NEW.state IN ('leased', 'queued', 'ended')))
         AND NEW.epoch = OLD.epoch + (OLD.state = 'queued' AND NEW.state = 'leased')::integer
         AND (NEW.holder IS NOT DISTINCT FROM OLD.holder OR NEW.state = 'queued'
