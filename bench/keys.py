@@ -1,6 +1,6 @@
 """Enqueue throughput with an enqueue key against without (issue 25: at least 0.9x).
 
-    .venv/bin/python -m bench.keys [--rounds 6] [--enqueues 4000] [--concurrency 8]
+    .venv/bin/python -m bench.keys [--rounds 6] [--enqueues 4000] [--concurrency 8] [--no-results]
 
 One migrated database on the embedded server (or AGENTRUNS_TEST_DATABASE_URL's server), one
 AgentRuns over one pool, as a host's web process holds it. Rounds alternate between the two
@@ -8,7 +8,8 @@ contenders (plain, keyed, plain, keyed, ...), so drift in the machine touches bo
 round enqueues ``--enqueues`` runs from ``--concurrency`` tasks, every run on a subject of its
 own and, when keyed, under a key of its own (the path a host pays on every new piece of work: the
 key is taken and the run inserted in one statement). Reports each round's runs/s, the medians and
-the ratio keyed / plain.
+the ratio keyed / plain; the section ``keys`` of ``bench/RESULTS.md`` is rewritten unless
+``--no-results``.
 """
 
 from __future__ import annotations
@@ -16,16 +17,19 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
+import os
 import random
 import statistics
 import time
 from collections.abc import Iterator
+from datetime import UTC, datetime
 
 from agentruns.adapters.postgres import PostgresFamily
 from agentruns.app.kinds import RunKind, RunKinds
 from agentruns.app.runs import AgentRuns
 from agentruns.domain.kinds import RunKindPolicy
 from agentruns.domain.run import AgentRun
+from bench.results import write_section
 from tests.postgres_server import cloned_database, create_template, server_url
 
 
@@ -60,7 +64,7 @@ async def _round(
     return enqueues / (time.perf_counter() - started)
 
 
-async def measure(url: str, rounds: int, enqueues: int, concurrency: int) -> None:
+async def measure(url: str, rounds: int, enqueues: int, concurrency: int) -> tuple[float, float]:
     family = PostgresFamily(url, pool_size=concurrency)
     runs = AgentRuns(family.stores, KINDS, random.Random(1))
     numbers = itertools.count()
@@ -81,6 +85,7 @@ async def measure(url: str, rounds: int, enqueues: int, concurrency: int) -> Non
     print(f"median plain {plain:9.0f} runs/s")
     print(f"median keyed {keyed_rate:9.0f} runs/s")
     print(f"keyed / plain {keyed_rate / plain:.2f}x (target >= 0.90x)")
+    return plain, keyed_rate
 
 
 def main() -> None:
@@ -88,11 +93,33 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=6, help="rounds of each contender")
     parser.add_argument("--enqueues", type=int, default=4000, help="enqueues per round")
     parser.add_argument("--concurrency", type=int, default=8, help="enqueuing tasks (and pool)")
+    parser.add_argument("--no-results", action="store_true", help="leave bench/RESULTS.md")
     options = parser.parse_args()
+    started = datetime.now(UTC)
     with server_url() as server:
         create_template(server)
         with cloned_database(server) as url:
-            asyncio.run(measure(url, options.rounds, options.enqueues, options.concurrency))
+            plain, keyed = asyncio.run(
+                measure(url, options.rounds, options.enqueues, options.concurrency)
+            )
+    load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    text = "\n".join(
+        [
+            "## Enqueue keys (`python -m bench.keys`)",
+            "",
+            f"{started:%Y-%m-%d %H:%M} UTC, embedded PostgreSQL; load average at the end {load}.",
+            "",
+            "| measure | target | measured |",
+            "| --- | ---: | ---: |",
+            f"| enqueue with a key vs without (enqueue throughput; {options.rounds} alternating "
+            f"rounds of {options.enqueues:,} enqueues from {options.concurrency} tasks, each run "
+            f"on a subject and under a key of its own) | ≥ 0.9x | **{keyed / plain:.2f}x** "
+            f"({keyed:,.0f} vs {plain:,.0f} runs/s) |",
+        ]
+    )
+    print(text)
+    if not options.no_results:
+        write_section("keys", text)
 
 
 if __name__ == "__main__":

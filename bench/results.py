@@ -14,6 +14,7 @@ ORDER = (
     "heartbeat",
     "waits",
     "watch",
+    "keys",
     "conversations",
     "faults",
     "console",
