@@ -20,7 +20,6 @@ import argparse
 import asyncio
 import math
 import multiprocessing
-import os
 import random
 import statistics
 import time
@@ -35,7 +34,7 @@ from agentruns.app.runs import AgentRuns
 from agentruns.app.worker import Worker
 from agentruns.domain.kinds import RunKindPolicy
 from agentruns.domain.run import AgentRun
-from bench.results import write_section
+from bench.results import table, write_section
 from tests.postgres_server import cloned_database, create_template, server_url
 
 # How long the measured step would run if nothing cancelled it.
@@ -161,18 +160,7 @@ def main() -> None:
         f"interrupts, {early} of them seen before the enqueue returned: a time ≤ 0; from the "
         f"enqueue's call, p95 {call_p95 * 1000:.1f} ms) |"
     )
-    load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
-    text = "\n".join(
-        [
-            "## Conversations (`python -m bench.conversations`)",
-            "",
-            f"{started:%Y-%m-%d %H:%M} UTC, embedded PostgreSQL; load average at the end {load}.",
-            "",
-            "| measure | target | measured |",
-            "| --- | ---: | ---: |",
-            *rows,
-        ]
-    )
+    text = table("## Conversations (`python -m bench.conversations`)", started, rows)
     print(text)
     if not options.no_results:
         write_section("conversations", text)

@@ -17,7 +17,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import itertools
-import os
 import random
 import statistics
 import time
@@ -29,7 +28,7 @@ from agentruns.app.kinds import RunKind, RunKinds
 from agentruns.app.runs import AgentRuns
 from agentruns.domain.kinds import RunKindPolicy
 from agentruns.domain.run import AgentRun
-from bench.results import write_section
+from bench.results import table, write_section
 from tests.postgres_server import cloned_database, create_template, server_url
 
 
@@ -102,20 +101,15 @@ def main() -> None:
             plain, keyed = asyncio.run(
                 measure(url, options.rounds, options.enqueues, options.concurrency)
             )
-    load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
-    text = "\n".join(
+    text = table(
+        "## Enqueue keys (`python -m bench.keys`)",
+        started,
         [
-            "## Enqueue keys (`python -m bench.keys`)",
-            "",
-            f"{started:%Y-%m-%d %H:%M} UTC, embedded PostgreSQL; load average at the end {load}.",
-            "",
-            "| measure | target | measured |",
-            "| --- | ---: | ---: |",
             f"| enqueue with a key vs without (enqueue throughput; {options.rounds} alternating "
             f"rounds of {options.enqueues:,} enqueues from {options.concurrency} tasks, each run "
             f"on a subject and under a key of its own) | ≥ 0.9x | **{keyed / plain:.2f}x** "
-            f"({keyed:,.0f} vs {plain:,.0f} runs/s) |",
-        ]
+            f"({keyed:,.0f} vs {plain:,.0f} runs/s) |"
+        ],
     )
     print(text)
     if not options.no_results:

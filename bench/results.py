@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+from collections.abc import Sequence
+from datetime import datetime
 from pathlib import Path
 
 RESULTS = Path(__file__).resolve().parent / "RESULTS.md"
@@ -27,6 +30,23 @@ HEADER = (
     "`make faults`); a run rewrites only its own section. See `bench/README.md` for how to "
     "read them.\n"
 )
+
+
+def table(title: str, started: datetime, rows: Sequence[str]) -> str:
+    """A bench's section: its title, when it started and the load at its end, and its rows of
+    (measure, target, measured)."""
+    load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
+    return "\n".join(
+        [
+            title,
+            "",
+            f"{started:%Y-%m-%d %H:%M} UTC, embedded PostgreSQL; load average at the end {load}.",
+            "",
+            "| measure | target | measured |",
+            "| --- | ---: | ---: |",
+            *rows,
+        ]
+    )
 
 
 def _markers(name: str) -> tuple[str, str]:

@@ -132,6 +132,24 @@ def worktree(revision: str) -> Iterator[Path]:
         )
 
 
+def loop_row(base_revision: str, rounds: int, runs: int, *, what: str, before: str) -> str:
+    """The plain worker loop of this tree against ``base_revision``'s (``before`` says what
+    that revision lacks), ``rounds`` alternating drains of ``runs`` runs on a server of its
+    own: a RESULTS row of (measure, target ≥ 0.95x, measured)."""
+    with bench_server(None) as server, worktree(base_revision) as base_tree:
+        print(f"loop: the plain worker loop of this tree vs {base_revision}'s")
+        today = Side("this tree, plain", REPO, "plain")
+        base = Side(f"{base_revision}, plain", base_tree, "plain")
+        compare(server, today, base, rounds, runs)
+    ratio = today.median_rate() / base.median_rate()
+    return (
+        f"| {what} vs {base_revision} ({before}), {rounds} alternating drains of {runs:,} runs "
+        f"| ≥ 0.95x | **{ratio:.2f}x** ({today.median_rate():,.0f} vs "
+        f"{base.median_rate():,.0f} runs/s; worker CPU {today.median_cpu():.0f} vs "
+        f"{base.median_cpu():.0f} µs/run) |"
+    )
+
+
 def row(name: str, target: str, a: Side, b: Side) -> str:
     ratio = a.median_rate() / b.median_rate()
     return (

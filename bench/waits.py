@@ -34,7 +34,6 @@ import argparse
 import asyncio
 import math
 import multiprocessing
-import os
 import random
 import statistics
 import time
@@ -55,8 +54,7 @@ from agentruns.domain.run import AgentRun
 from bench import steps
 from bench.claim_cost import measure
 from bench.population import populate
-from bench.results import write_section
-from bench.server import bench_server
+from bench.results import table, write_section
 from tests.postgres_server import cloned_database, create_template, server_url
 
 # The waiting runs, beside the population's: each on a subject of its own (its head), in the
@@ -337,31 +335,16 @@ def main() -> None:
                 f"({sent['created']:,.0f} in all) |"
             )
     if options.only in (None, "loop"):
-        with bench_server(None) as bench, steps.worktree(options.base) as base_tree:
-            print(f"loop: the plain worker loop of this tree vs {options.base}'s")
-            today = steps.Side("this tree, plain", steps.REPO, "plain")
-            base = steps.Side(f"{options.base}, plain", base_tree, "plain")
-            steps.compare(bench, today, base, options.rounds, options.runs)
-            ratio = today.median_rate() / base.median_rate()
-            rows.append(
-                f"| worker loop with no waits vs {options.base} (before the waits), "
-                f"{options.rounds} alternating drains of {options.runs:,} runs | ≥ 0.95x | "
-                f"**{ratio:.2f}x** ({today.median_rate():,.0f} vs {base.median_rate():,.0f} "
-                f"runs/s; worker CPU {today.median_cpu():.0f} vs {base.median_cpu():.0f} "
-                f"µs/run) |"
+        rows.append(
+            steps.loop_row(
+                options.base,
+                options.rounds,
+                options.runs,
+                what="worker loop with no waits",
+                before="before the waits",
             )
-    load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
-    text = "\n".join(
-        [
-            "## Waits and signals (`python -m bench.waits`)",
-            "",
-            f"{started:%Y-%m-%d %H:%M} UTC, embedded PostgreSQL; load average at the end {load}.",
-            "",
-            "| measure | target | measured |",
-            "| --- | ---: | ---: |",
-            *rows,
-        ]
-    )
+        )
+    text = table("## Waits and signals (`python -m bench.waits`)", started, rows)
     print(text)
     if not options.no_results:
         write_section("waits", text)

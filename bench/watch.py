@@ -28,7 +28,6 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import os
 import random
 import statistics
 import time
@@ -46,8 +45,7 @@ from agentruns.app.runs import AgentRuns
 from agentruns.domain.kinds import RunKindPolicy
 from agentruns.domain.run import AgentRun
 from bench import steps
-from bench.results import write_section
-from bench.server import bench_server
+from bench.results import table, write_section
 from tests.postgres_server import cloned_database, create_template, server_url
 
 WATCHING_APP = "agentruns-bench-watch"
@@ -211,31 +209,16 @@ def main() -> None:
                 f"(pool {POOL_SIZE} + overflow {MAX_OVERFLOW}) |"
             )
     if options.only in (None, "loop"):
-        with bench_server(None) as bench, steps.worktree(options.base) as base_tree:
-            print(f"loop: the plain worker loop of this tree vs {options.base}'s")
-            today = steps.Side("this tree, plain", steps.REPO, "plain")
-            base = steps.Side(f"{options.base}, plain", base_tree, "plain")
-            steps.compare(bench, today, base, options.loop_rounds, options.runs)
-            ratio = today.median_rate() / base.median_rate()
-            rows.append(
-                f"| worker loop, nobody watching, vs {options.base} (before the watch), "
-                f"{options.loop_rounds} alternating drains of {options.runs:,} runs | ≥ 0.95x | "
-                f"**{ratio:.2f}x** ({today.median_rate():,.0f} vs {base.median_rate():,.0f} "
-                f"runs/s; worker CPU {today.median_cpu():.0f} vs {base.median_cpu():.0f} "
-                f"µs/run) |"
+        rows.append(
+            steps.loop_row(
+                options.base,
+                options.loop_rounds,
+                options.runs,
+                what="worker loop, nobody watching",
+                before="before the watch",
             )
-    load = " / ".join(f"{x:.2f}" for x in os.getloadavg())
-    text = "\n".join(
-        [
-            "## Watching runs (`python -m bench.watch`)",
-            "",
-            f"{started:%Y-%m-%d %H:%M} UTC, embedded PostgreSQL; load average at the end {load}.",
-            "",
-            "| measure | target | measured |",
-            "| --- | ---: | ---: |",
-            *rows,
-        ]
-    )
+        )
+    text = table("## Watching runs (`python -m bench.watch`)", started, rows)
     print(text)
     if not options.no_results:
         write_section("watch", text)
