@@ -68,21 +68,14 @@ class PostgresNotifier(Notifier):
     def on_run(self, run_id: UUID, callback: Callable[[], None]) -> Callable[[], None]:
         return self._runs.subscribe(run_id, callback)
 
-    def _cancelled(self, payload: str) -> None:
+    @staticmethod
+    def _run_id(payload: str, channel: str) -> UUID | None:
+        """The run a notification on ``channel`` names, or None (logged) if it names none."""
         try:
-            run_id = UUID(payload)
+            return UUID(payload)
         except ValueError:
-            log.warning("a cancel notification without a run id: %r", payload[:100])
-            return
-        self._cancels.tell(run_id)
-
-    def _changed(self, payload: str) -> None:
-        try:
-            run_id = UUID(payload)
-        except ValueError:
-            log.warning("a watch notification without a run id: %r", payload[:100])
-            return
-        self._runs.tell(run_id)
+            log.warning("a notification on %s without a run id: %r", channel, payload[:100])
+            return None
 
     @property
     def listens(self) -> bool:
@@ -160,12 +153,14 @@ class PostgresNotifier(Notifier):
         """Hand on every notification until the connection breaks or the notifier closes."""
         try:
             async for notify in connection.notifies():
-                if notify.channel == WATCH_CHANNEL:
-                    self._changed(notify.payload)
-                elif notify.channel == CANCEL_CHANNEL:
-                    self._cancelled(notify.payload)
-                else:
+                if notify.channel == CHANNEL:
                     self._woken.set()
+                elif (run_id := self._run_id(notify.payload, notify.channel)) is None:
+                    continue
+                elif notify.channel == WATCH_CHANNEL:
+                    self._runs.tell(run_id)
+                else:  # CANCEL_CHANNEL: the three channels are the only ones it listens on
+                    self._cancels.tell(run_id)
         except (psycopg.Error, OSError):
             pass
         if self._connection is connection:
