@@ -43,7 +43,7 @@ from starlette.routing import Route
 from starlette.types import ASGIApp
 
 from agentruns.app.runs import AgentRuns
-from agentruns.app.watch import RunUpdate
+from agentruns.app.watch import RunUpdate, after_seq
 from agentruns.domain.errors import (
     AgentRunsError,
     DatabaseTimeout,
@@ -66,7 +66,6 @@ RETRY_MS = 1000
 # Seconds of silence after which an idle stream sends a comment line (proxies close streams that
 # say nothing for a minute or so; a write to a client that is gone ends the stream).
 KEEPALIVE = 15.0
-_MAX_SEQ = 2**31 - 1
 Authorize = Callable[[Request, AgentRun], Awaitable[bool] | bool]
 
 
@@ -80,9 +79,13 @@ def resume_point(request: Request) -> int:
     if given is None or given.strip() == "":
         return 0
     text = given.strip()
-    if not text.isdigit() or not text.isascii() or len(text) > 10 or int(text) > _MAX_SEQ:
-        raise InvalidRequest(f"{name} is an event number (0 or more), not {given[:40]!r}")
-    return int(text)
+    refused = InvalidRequest(f"{name} is an event number (0 or more), not {given[:40]!r}")
+    if not text.isdigit() or not text.isascii() or len(text) > 10:
+        raise refused
+    try:
+        return after_seq(int(text))  # the watch's own rule of a resume point
+    except InvalidRequest:
+        raise refused from None
 
 
 def _message(event: str, data: JsonValue, seq: int | None = None) -> str:
