@@ -11,6 +11,7 @@ from email.utils import format_datetime
 import pytest
 
 from agentruns.app.kinds import RunKind, RunKinds, StepEvent
+from agentruns.app.recorded import RecordedSteps, StepContext
 from agentruns.app.runs import AgentRuns
 from agentruns.app.worker import Worker
 from agentruns.domain.errors import InvalidRequest, LimitExhausted, UnknownLimit
@@ -225,3 +226,26 @@ async def test_a_429_with_retry_after_pauses_the_limit_for_every_worker_and_dela
     # Both are due now (the failing one at its Retry-After, and it fails again).
     assert await two.claim_and_drive(8) == 2
     assert (await runs.get(other.id)).end_reason is TerminationReason.COMPLETED
+
+
+async def test_a_recorded_step_takes_from_a_limit_before_its_call(
+    backend: Backend, rng: random.Random
+) -> None:
+    async def chat(run: AgentRun, ctx: StepContext) -> None:
+        await ctx.take(GPT.name, tokens=700)
+        await ctx.step("call", _answer)
+
+    kinds = RunKinds([RunKind(policy("recorded", limits=(GPT.name,)), RecordedSteps(chat))])
+    runs = AgentRuns(backend.stores, kinds, rng)
+    await runs.declare_limit(GPT)
+    worker = Worker(runs, kinds, backend.stores.notifier, rng, holder="w-1", poll_interval=0.05)
+    run = await runs.enqueue("recorded", workspace="acme", subject="a")
+    assert await worker.claim_and_drive(1) == 1
+    assert (await runs.get(run.id)).end_reason is TerminationReason.COMPLETED
+    # 300 of the burst's 1,000 tokens are left.
+    assert not await _granted(runs, GPT.name, tokens=301)
+    assert await _granted(runs, GPT.name, tokens=300)
+
+
+async def _answer() -> str:
+    return "ok"

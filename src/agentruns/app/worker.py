@@ -293,7 +293,10 @@ class Worker:
         async def inputs() -> list[JsonObject]:
             return await self._runs.inputs(run.id)
 
-        result = await steps.function(run, StepContext(run, replay, record, wait, inputs))
+        async def take(name: str, requests: int, tokens: int, longest: timedelta | None) -> None:
+            await self._runs.take(name, requests=requests, tokens=tokens, wait=longest)
+
+        result = await steps.function(run, StepContext(run, replay, record, wait, inputs, take))
         replay.finish()
         return result
 
