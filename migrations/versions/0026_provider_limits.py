@@ -6,6 +6,8 @@ Revises: 0025_merge
 - ``agent_limit``: a limit's definition (requests and tokens per ``per_seconds``), the bursts
   and rates the domain derives from it, its two buckets as of ``level_at``, and
   ``paused_until``, the end of a provider's Retry-After. Every take is one UPDATE of its row.
+- ``agent_run_failure.retry_after``: the seconds the provider asked to wait (a Retry-After in
+  seconds or as an HTTP date), kept on the failure record; NULL when it said nothing.
 """
 
 from __future__ import annotations
@@ -37,9 +39,14 @@ CREATE TABLE agent_limit (
 """
 
 
+RETRY_AFTER = "ALTER TABLE agent_run_failure ADD COLUMN retry_after double precision"
+
+
 def upgrade() -> None:
     op.execute(LIMITS)
+    op.execute(RETRY_AFTER)
 
 
 def downgrade() -> None:
+    op.execute("ALTER TABLE agent_run_failure DROP COLUMN retry_after")
     op.execute("DROP TABLE agent_limit")

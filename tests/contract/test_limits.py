@@ -214,6 +214,7 @@ async def test_a_429_with_retry_after_pauses_the_limit_for_every_worker_and_dela
     assert requeued.due_at >= now + timedelta(seconds=45)
     [record] = await runs.failures(failing.id)
     assert record.failure_class is FailureClass.RATE_LIMITED
+    assert record.retry_after == pytest.approx(45, abs=0.01)
     # Paused for everyone: the other worker claims nothing and a take is refused.
     assert await two.claim_and_drive(8) == 0
     assert (await runs.get(other.id)).epoch == 0

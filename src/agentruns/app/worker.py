@@ -27,7 +27,7 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
 
 from agentruns.app.boundaries import StepBoundaries
@@ -320,6 +320,8 @@ class Worker:
             if verdict.failure_class in _PAUSING:
                 verdict = await self._paused(run, kind, error, verdict)
         detail = describe_failure(error, verdict.failure_class, run.payload)
+        if verdict.retry_after is not None:
+            detail = replace(detail, retry_after=verdict.retry_after)
         decision = decide_recovery(verdict.failure_class, run.attempt, budget)
         log.warning(
             "step failed: %s: %s" if kind is not None else "cannot run: %s: %s",

@@ -259,6 +259,8 @@ agent_run_failure = Table(
     Column("failure_class", Text, nullable=False),
     Column("traceback", Text, nullable=False),
     Column("recorded_at", TZ, nullable=False),
+    # The seconds a provider asked to wait (Retry-After), when it said (ADRs/0032).
+    Column("retry_after", Double),
 )
 
 # A sandbox's row owns its claim (the trigger guard_agent_sandbox keeps the state table and the
