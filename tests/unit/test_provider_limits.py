@@ -13,6 +13,7 @@ from agentruns.domain.provider_limits import (
     burst,
     empty_for,
     full,
+    parse_limits,
     paused,
     redeclared,
     take,
@@ -132,3 +133,29 @@ def test_no_window_of_a_period_admits_more_than_the_limit_and_one_take(
     for start, _ in granted:
         window = sum(a for at, a in granted if start <= at < start + limit.per)
         assert window <= requests + biggest + 1e-6
+
+
+def test_limits_are_parsed_as_settings_write_them() -> None:
+    assert parse_limits(" openai/gpt-5=500rpm, 2_000_000tpm ; local=10rps;") == (
+        ProviderLimit("openai/gpt-5", requests=500, tokens=2_000_000),
+        ProviderLimit("local", requests=10, per=timedelta(seconds=1)),
+    )
+    assert parse_limits("") == ()
+
+
+@pytest.mark.parametrize(
+    "text",
+    [
+        "gpt",
+        "=5rpm",
+        "gpt=5",
+        "gpt=5rpm,6rpm",
+        "gpt=5rpm,6tps",
+        "gpt=-5rpm",
+        "a=0rpm",
+        "a=1rpm;a=2rpm",
+    ],
+)
+def test_nonsense_limit_settings_are_refused(text: str) -> None:
+    with pytest.raises(InvalidRequest):
+        parse_limits(text)

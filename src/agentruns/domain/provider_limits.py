@@ -208,3 +208,46 @@ def paused(level: LimitLevel, until: datetime) -> LimitLevel:
     current = level.paused_until
     later = until if current is None or until > current else current
     return LimitLevel(level.requests, level.tokens, level.at, later)
+
+
+_UNITS = {
+    "rpm": ("requests", 60),
+    "rps": ("requests", 1),
+    "tpm": ("tokens", 60),
+    "tps": ("tokens", 1),
+}
+
+
+def parse_limits(text: str) -> tuple[ProviderLimit, ...]:
+    """Limits as settings write them (``AGENTRUNS_LIMITS``): ``name=AMOUNTunit[,AMOUNTunit]``,
+    limits separated by ``;``, units ``rpm``/``rps`` (requests a minute or a second) and
+    ``tpm``/``tps`` (tokens); ``openai/gpt-5=500rpm,2000000tpm;local=10rps``. Both amounts of one
+    limit share its period, so they name the same one (a minute or a second)."""
+    found: list[ProviderLimit] = []
+    for part in (p.strip() for p in text.split(";")):
+        if not part:
+            continue
+        name, sep, amounts = part.rpartition("=")
+        if not sep or not name.strip():
+            raise InvalidRequest(f"a limit is written name=500rpm,2000000tpm, not {part!r}")
+        values: dict[str, int] = {}
+        periods: set[int] = set()
+        for amount in (a.strip().replace("_", "") for a in amounts.split(",")):
+            unit = amount[-3:].lower()
+            if unit not in _UNITS or not amount[:-3].isdigit():
+                raise InvalidRequest(
+                    f"limit {name.strip()!r}: {amount!r} is no amount (500rpm, 2000000tpm, 10rps)"
+                )
+            dimension, seconds = _UNITS[unit]
+            if dimension in values:
+                raise InvalidRequest(f"limit {name.strip()!r} names its {dimension} twice")
+            values[dimension] = int(amount[:-3])
+            periods.add(seconds)
+        if len(periods) != 1:
+            raise InvalidRequest(f"limit {name.strip()!r} mixes a minute and a second")
+        found.append(
+            ProviderLimit(name.strip(), per=timedelta(seconds=periods.pop()), **values)
+        )
+    if len({limit.name for limit in found}) != len(found):
+        raise InvalidRequest("a limit is named twice")
+    return tuple(found)
