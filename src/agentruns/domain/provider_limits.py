@@ -245,9 +245,7 @@ def parse_limits(text: str) -> tuple[ProviderLimit, ...]:
             periods.add(seconds)
         if len(periods) != 1:
             raise InvalidRequest(f"limit {name.strip()!r} mixes a minute and a second")
-        found.append(
-            ProviderLimit(name.strip(), per=timedelta(seconds=periods.pop()), **values)
-        )
+        found.append(ProviderLimit(name.strip(), per=timedelta(seconds=periods.pop()), **values))
     if len({limit.name for limit in found}) != len(found):
         raise InvalidRequest("a limit is named twice")
     return tuple(found)
