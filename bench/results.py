@@ -18,6 +18,7 @@ ORDER = (
     "waits",
     "watch",
     "keys",
+    "limits",
     "conversations",
     "faults",
     "console",

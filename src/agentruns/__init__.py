@@ -128,6 +128,10 @@ _HOMES: dict[str, str] = {
     "SchedulerReport": "agentruns.app.scheduler",
     "InvalidSchedule": "agentruns.domain.errors",
     "ScheduleNotFound": "agentruns.domain.errors",
+    # Provider limits shared by every worker of a database (ADRs/0032)
+    "ProviderLimit": "agentruns.domain.provider_limits",
+    "UnknownLimit": "agentruns.domain.errors",
+    "LimitExhausted": "agentruns.domain.errors",
     # Sandboxes (the `k8s` and `gateway` extras; docs/sandboxes.md)
     "AgentSandbox": "agentruns.domain.sandbox",
     "AgentSandboxKind": "agentruns.app.sandboxes",
@@ -248,6 +252,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
         KeyConflict as KeyConflict,
         LeaseExpired as LeaseExpired,
         LeaseLost as LeaseLost,
+        LimitExhausted as LimitExhausted,
         RecordedStepError as RecordedStepError,
         RetryBudgetExhausted as RetryBudgetExhausted,
         RunAlreadyEnded as RunAlreadyEnded,
@@ -263,6 +268,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
         SubjectBusy as SubjectBusy,
         TransactionConflict as TransactionConflict,
         UnknownKind as UnknownKind,
+        UnknownLimit as UnknownLimit,
         WaitTimedOut as WaitTimedOut,
     )
     from agentruns.domain.failure_records import (
@@ -283,6 +289,9 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
     )
     from agentruns.domain.payload import (
         JsonObject as JsonObject,
+    )
+    from agentruns.domain.provider_limits import (
+        ProviderLimit as ProviderLimit,
     )
     from agentruns.domain.run import (
         AgentRun as AgentRun,

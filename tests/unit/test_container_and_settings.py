@@ -36,6 +36,15 @@ def test_settings_default_to_the_designed_durations() -> None:
     assert settings.worker_concurrency == 8
 
 
+def test_provider_limits_are_a_setting_checked_at_start(monkeypatch: pytest.MonkeyPatch) -> None:
+    assert AgentRunsSettings().limits == ""
+    monkeypatch.setenv("AGENTRUNS_LIMITS", "openai/gpt-5=500rpm,2000000tpm")
+    assert AgentRunsSettings().limits == "openai/gpt-5=500rpm,2000000tpm"
+    monkeypatch.setenv("AGENTRUNS_LIMITS", "openai/gpt-5=500 a minute")
+    with pytest.raises(ValueError, match="no amount"):
+        AgentRunsSettings()
+
+
 def test_a_workers_cancel_grace_is_a_setting(monkeypatch: pytest.MonkeyPatch) -> None:
     assert AgentRunsContainer().worker(holder="w").keeper.grace == 5.0
     monkeypatch.setenv("AGENTRUNS_CANCEL_GRACE", "1.5")

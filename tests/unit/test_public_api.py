@@ -16,6 +16,9 @@ import agentruns
 # A host may rely on every name here; a name leaves only with a deprecation. Adding one is a
 # decision too: it goes here in the same change.
 PUBLIC = [
+    "ProviderLimit",
+    "UnknownLimit",
+    "LimitExhausted",
     "SyncReport",
     "Schedules",
     "SchedulerReport",

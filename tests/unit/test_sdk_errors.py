@@ -10,7 +10,7 @@ errors without a status (``APITimeoutError``, ``httpx.ConnectTimeout``, ``APICon
 from __future__ import annotations
 
 import random
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from http import HTTPStatus
 from pathlib import Path
 
@@ -150,8 +150,27 @@ def test_an_sdk_error_wrapped_by_the_host_is_found_through_its_cause() -> None:
 def test_retry_after_is_read_from_the_attribute_or_the_response_headers(
     error: Exception, seconds: float | None
 ) -> None:
-    """Seconds or milliseconds; an HTTP date is left alone (the domain reads no clock)."""
+    """Seconds or milliseconds; an HTTP date is left alone without a ``now`` (the domain reads
+    no clock)."""
     assert retry_after_of(error) == seconds
+
+
+@pytest.mark.parametrize(
+    ("header", "seconds"),
+    [
+        ("Wed, 21 Oct 2026 07:28:00 GMT", 30.0),
+        ("Wed, 21 Oct 2026 07:27:00 GMT", 0.0),  # already past: no wait
+        ("Wed, 21 Oct 2026 07:28:00 +0100", 0.0),  # an hour earlier in UTC
+        ("next tuesday", None),
+    ],
+)
+def test_an_http_date_retry_after_counts_from_the_now_it_is_given(
+    header: str, seconds: float | None
+) -> None:
+    now = datetime(2026, 10, 21, 7, 27, 30, tzinfo=UTC)
+    error = RateLimitError("slow down", 429, {"retry-after": header})
+    assert retry_after_of(error, now) == seconds
+    assert classify_failure(error, now=now).retry_after == seconds
 
 
 def test_retry_after_of_a_fallback_chain_is_its_most_recent_attempts() -> None:

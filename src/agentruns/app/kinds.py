@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from collections.abc import AsyncIterator, Callable, Iterable
 from dataclasses import dataclass, field
+from datetime import datetime
 from typing import Protocol
 
 from agentruns.app.ports import BudgetHold, Transaction
@@ -138,14 +139,14 @@ class RunKind:
     def name(self) -> str:
         return self.policy.name
 
-    def classify(self, error: BaseException) -> ClassifiedFailure:
+    def classify(self, error: BaseException, now: datetime | None = None) -> ClassifiedFailure:
         """The failure class of a step's error: the kind's classifier first, then the defaults.
         A recorded step's own refusal (:class:`RecordedStepError`) and a result that cannot be
         stored (:class:`InvalidRunResult`) are ``configuration`` whatever the classifier says:
         a retry would meet them again (ADRs/0022, 0026)."""
         if isinstance(error, (RecordedStepError, InvalidRunResult)):
             return ClassifiedFailure(FailureClass.CONFIGURATION)
-        return classify_failure(error, self.classifier)
+        return classify_failure(error, self.classifier, now)
 
 
 class RunKinds:

@@ -26,6 +26,7 @@ from agentruns.domain.errors import AgentRunsError
 from agentruns.domain.failure_records import FailureDetail, FailureRecord
 from agentruns.domain.holders import Holder, HolderBeat
 from agentruns.domain.payload import JsonObject, JsonValue
+from agentruns.domain.provider_limits import ProviderLimit, TakeAnswer
 from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
@@ -503,6 +504,35 @@ class HolderStore(Protocol):
         ...
 
 
+class LimitStore(Protocol):
+    """Provider limits (ADRs/0032): one token-bucket row per named limit, shared by every worker
+    of the database, on the store's own clock. The rule is
+    :mod:`agentruns.domain.provider_limits`; a name never declared is
+    :class:`~agentruns.domain.errors.UnknownLimit` for a take or a pause."""
+
+    async def declare(self, tx: Transaction, limit: ProviderLimit) -> None:
+        """Write the definition: a new limit starts full, a changed one keeps its level (at most
+        its new bursts) and its pause."""
+        ...
+
+    async def take(self, tx: Transaction, name: str, requests: int, tokens: int) -> TakeAnswer:
+        """Take the amounts now if the limit grants them, else how long until it could."""
+        ...
+
+    async def pause(self, tx: Transaction, name: str, until: datetime) -> None:
+        """Grant nothing until ``until`` (or the later pause it already has)."""
+        ...
+
+    async def empty(self, tx: Transaction, names: Sequence[str]) -> dict[str, timedelta]:
+        """Of ``names``, those that could not grant one request and one token now, with how long
+        until they could; a name never declared limits nothing."""
+        ...
+
+    async def all(self, tx: Transaction) -> list[ProviderLimit]:
+        """Every declared limit, by name."""
+        ...
+
+
 class Notifier(Protocol):
     """Wakes idle claimers when a run is queued (PostgreSQL: NOTIFY on channel ``agent_run``),
     and tells holders that a leased run was ended under them (a cancel; PostgreSQL: NOTIFY on
@@ -617,3 +647,4 @@ class Stores:
     events: EventLog
     workspaces: WorkspaceStore
     notifier: Notifier
+    limits: LimitStore

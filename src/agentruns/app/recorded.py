@@ -41,6 +41,10 @@ Waiter = Callable[[str | None, int, timedelta], Awaitable[JsonObject | None]]
 # The inputs of the run (ADRs/0031): its payload, then each merged enqueue's.
 Inputs = Callable[[], Awaitable[list[JsonObject]]]
 
+# A take from a provider limit (ADRs/0032): (the limit's name, requests, tokens, the longest to
+# wait) -> once granted.
+Taker = Callable[[str, int, int, timedelta | None], Awaitable[None]]
+
 # The longest a wait or a sleep may last.
 MAX_WAIT = limits.MAX_DELAY
 
@@ -56,7 +60,7 @@ class StepContext:
     """What a recorded kind's code gets beside its run: :meth:`step`, the one way to make a step
     whose result survives a retry. One context serves one attempt of one run."""
 
-    __slots__ = ("_boundary", "_inputs", "_replay", "_running", "_waiter", "run")
+    __slots__ = ("_boundary", "_inputs", "_replay", "_running", "_taker", "_waiter", "run")
 
     def __init__(
         self,
@@ -65,8 +69,10 @@ class StepContext:
         boundary: Boundary,
         waiter: Waiter | None = None,
         inputs: Inputs | None = None,
+        taker: Taker | None = None,
     ) -> None:
         self.run = run
+        self._taker = taker
         self._replay = replay
         self._boundary = boundary
         self._waiter = waiter
@@ -81,6 +87,21 @@ class StepContext:
         if self._inputs is None:
             return [self.run.payload]
         return await self._inputs()
+
+    async def take(
+        self,
+        limit: str,
+        *,
+        requests: int = 1,
+        tokens: int = 0,
+        wait: timedelta | None = timedelta(minutes=1),
+    ) -> None:
+        """Take ``requests`` and ``tokens`` from the provider limit ``limit`` before a call to
+        its provider (ADRs/0032), waiting while it is empty or paused (the lease keeper keeps
+        the lease meanwhile); past ``wait`` it raises :class:`~agentruns.LimitExhausted`, a
+        retryable failure. Driven outside a worker, it takes nothing."""
+        if self._taker is not None:
+            await self._taker(limit, requests, tokens, wait)
 
     @property
     def replaying(self) -> bool:

@@ -9,6 +9,8 @@ own. Lock order everywhere: the kind's domain row, then its run.
 
 from __future__ import annotations
 
+import asyncio
+import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
@@ -41,6 +43,7 @@ from agentruns.domain.errors import (
     AgentRunsError,
     IllegalTransition,
     InvalidRequest,
+    LimitExhausted,
     RunAlreadyEnded,
     RunNotFound,
     TransactionConflict,
@@ -48,6 +51,7 @@ from agentruns.domain.errors import (
 )
 from agentruns.domain.failure_records import FailureRecord
 from agentruns.domain.payload import JsonObject, validate_payload, validate_result
+from agentruns.domain.provider_limits import ProviderLimit, check_take
 from agentruns.domain.recorded_steps import RECORDED_STEP, step_record
 from agentruns.domain.run import AgentRun, AgentRunFence, continue_after, retry_after_end
 from agentruns.domain.states import AgentRunState
@@ -1094,6 +1098,68 @@ class AgentRuns:
             if await self._stores.runs.get(inner, run_id) is None:
                 raise RunNotFound(f"no run {run_id}")
             return await self._stores.runs.failures(inner, run_id)
+
+    # Provider limits (ADRs/0032): named token buckets every worker of the database shares.
+
+    async def declare_limit(self, limit: ProviderLimit) -> None:
+        """Declare (or change) a provider limit; every process may declare it at start. A new
+        limit starts full; a changed one keeps what it holds, at most its new burst."""
+        if not isinstance(limit, ProviderLimit):
+            raise InvalidRequest("declare_limit takes a ProviderLimit")
+        async with self._stores.scope.statement() as tx:
+            await self._stores.limits.declare(tx, limit)
+
+    async def take(
+        self,
+        name: str,
+        *,
+        requests: int = 1,
+        tokens: int = 0,
+        wait: timedelta | None = timedelta(minutes=1),
+        poll: float = 1.0,
+    ) -> None:
+        """Take ``requests`` and ``tokens`` from the limit ``name`` before a call to its provider,
+        waiting while it is empty or paused: each try sleeps until the store says the limit could
+        grant (at most ``poll`` seconds of this process's time, so that a pause or a refill on a
+        test's manual clock is seen). Past ``wait`` of this process's time (``None``: no bound;
+        zero: one try) it raises :class:`~agentruns.domain.errors.LimitExhausted`; an undeclared
+        limit is :class:`~agentruns.domain.errors.UnknownLimit`."""
+        limits.name(name, "a limit's name")
+        check_take(requests, tokens)
+        if wait is not None:
+            limits.duration(wait, "a take's wait", longest=limits.MAX_DELAY, zero=True)
+        if not poll > 0:
+            raise InvalidRequest("a take's poll is longer than zero")
+        deadline = None if wait is None else time.monotonic() + wait.total_seconds()
+        while True:
+            async with self._stores.scope.statement() as tx:
+                answer = await self._stores.limits.take(tx, name, requests, tokens)
+            if answer.granted:
+                return
+            retry_in = answer.wait.total_seconds()
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise LimitExhausted(name, retry_in)
+            await asyncio.sleep(min(retry_in, poll, left if left is not None else poll))
+
+    async def pause_limit(self, name: str, until: datetime) -> None:
+        """Grant nothing from the limit ``name`` until ``until`` (a provider's Retry-After), for
+        every worker; a later pause it already has is kept."""
+        limits.name(name, "a limit's name")
+        limits.moment(until, "a pause's end")
+        async with self._stores.scope.statement() as tx:
+            await self._stores.limits.pause(tx, name, until)
+
+    async def empty_limits(self, names: Sequence[str]) -> dict[str, timedelta]:
+        """Of ``names``, the limits that could not grant one request (and token) now, with how
+        long until they could (what a worker asks before it claims a limited kind)."""
+        async with self._stores.scope.statement() as tx:
+            return await self._stores.limits.empty(tx, names)
+
+    async def limits(self) -> list[ProviderLimit]:
+        """Every declared provider limit, by name."""
+        async with self._stores.scope.statement() as tx:
+            return await self._stores.limits.all(tx)
 
     async def purge(self, older_than: timedelta, *, batch: int = 1000) -> int:
         """Delete runs (and their events) that ended more than ``older_than`` ago (at most

@@ -27,8 +27,8 @@ import asyncio
 import logging
 import time
 from collections.abc import AsyncGenerator, AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass, field
-from datetime import timedelta
+from dataclasses import dataclass, field, replace
+from datetime import datetime, timedelta
 
 from agentruns.app.boundaries import StepBoundaries
 from agentruns.app.claimer import GroupClaimer
@@ -48,6 +48,7 @@ from agentruns.domain.errors import (
     RunNotFound,
     StoreUnavailable,
     UnknownKind,
+    UnknownLimit,
 )
 from agentruns.domain.failure_records import FailureDetail, describe_failure
 from agentruns.domain.failures import ClassifiedFailure, FailureClass
@@ -148,6 +149,9 @@ class Worker:
         self._claim_size = max(1, min(MAX_CLAIM, concurrency // 2))
         # Concurrent claim_and_drive calls of this worker share one claim statement.
         self._claimer = GroupClaimer(self._claim_now, max_limit=max(64, concurrency))
+        # How long until the soonest empty provider limit of a kind it could not claim refills
+        # (ADRs/0032): the loop idles no longer than that.
+        self._limit_wait: float | None = None
 
     async def drive(self, run: AgentRun, *, claim_seconds: float = 0.0) -> RunOutcome:
         """Run a leased run's steps to its outcome (``claim_seconds``: how long the claim that
@@ -289,7 +293,10 @@ class Worker:
         async def inputs() -> list[JsonObject]:
             return await self._runs.inputs(run.id)
 
-        result = await steps.function(run, StepContext(run, replay, record, wait, inputs))
+        async def take(name: str, requests: int, tokens: int, longest: timedelta | None) -> None:
+            await self._runs.take(name, requests=requests, tokens=tokens, wait=longest)
+
+        result = await steps.function(run, StepContext(run, replay, record, wait, inputs, take))
         replay.finish()
         return result
 
@@ -310,7 +317,11 @@ class Worker:
         else:
             verdict = kind.classify(error)
             budget = kind.policy.retry_budget
+            if verdict.failure_class in _PAUSING:
+                verdict = await self._paused(run, kind, error, verdict)
         detail = describe_failure(error, verdict.failure_class, run.payload)
+        if verdict.retry_after is not None:
+            detail = replace(detail, retry_after=verdict.retry_after)
         decision = decide_recovery(verdict.failure_class, run.attempt, budget)
         log.warning(
             "step failed: %s: %s" if kind is not None else "cannot run: %s: %s",
@@ -479,13 +490,59 @@ class Worker:
         for task in list(self._running):
             task.cancel()
 
+    async def _paused(
+        self, run: AgentRun, kind: RunKind, error: Exception, verdict: ClassifiedFailure
+    ) -> ClassifiedFailure:
+        """A 429 or 5xx: its Retry-After read again on the store's clock (an HTTP date counts from
+        now), and, for a kind that draws from provider limits, those limits paused until then for
+        every worker (ADRs/0032). A store it cannot reach pauses nothing: the requeue says more."""
+        try:
+            async with self._runs.stores.scope.statement() as tx:
+                now = await self._runs.stores.runs.now(tx)
+            verdict = kind.classify(error, now)
+            if verdict.retry_after is not None and verdict.retry_after > 0:
+                until = now + timedelta(seconds=verdict.retry_after)
+                for name in kind.policy.limits:
+                    await self._pause(name, until)
+        except StoreUnavailable:
+            log.warning("cannot read the store's clock to pause a limit", extra=_context(run))
+        return verdict
+
+    async def _pause(self, name: str, until: datetime) -> None:
+        try:
+            await self._runs.pause_limit(name, until)
+        except UnknownLimit:
+            log.warning("a kind draws from limit %r, which is not declared", name)
+
+    def _limited(self, kinds: list[str]) -> dict[str, tuple[str, ...]]:
+        """The provider limits each of ``kinds`` draws from, for those that draw from any."""
+        found: dict[str, tuple[str, ...]] = {}
+        for name in kinds:
+            if name in self._kinds and (names := self._kinds.get(name).policy.limits):
+                found[name] = names
+        return found
+
     def _claim_kinds(self) -> list[str]:
         # Only what this worker can run: its given kinds, else every kind registered now (a
         # kind is registered before workers start). With no kind at all it claims nothing.
         return self._only_kinds if self._only_kinds is not None else self._kinds.names()
 
     async def _claim_now(self, limit: int) -> list[AgentRun]:
-        return await self._runs.claim(self.holder, limit=limit, kinds=self._claim_kinds())
+        kinds = self._claim_kinds()
+        self._limit_wait = None
+        limited = self._limited(kinds)
+        if limited:
+            # A run of a kind whose provider limit is empty or paused is not claimed (no
+            # attempt spent, as under a budget hold): the claim names only the kinds with room.
+            empty = await self._runs.empty_limits(
+                sorted({n for ns in limited.values() for n in ns})
+            )
+            if empty:
+                kinds = [k for k in kinds if not any(n in empty for n in limited.get(k, ()))]
+                self._limit_wait = min(wait.total_seconds() for wait in empty.values())
+                if not kinds:
+                    return []
+        return await self._runs.claim(self.holder, limit=limit, kinds=kinds)
 
     async def _claim(self, limit: int) -> tuple[list[AgentRun], float]:
         started = time.perf_counter()
@@ -501,7 +558,7 @@ class Worker:
         ``any_end``, for the end of any running run too (a draining worker checks again)."""
         waiters: set[asyncio.Future[object]] = {
             asyncio.ensure_future(stop.wait()),
-            asyncio.ensure_future(self._notifier.wait(self._poll_interval)),
+            asyncio.ensure_future(self._notifier.wait(self._idle_seconds())),
         }
         if running and (any_end or len(running) >= self._concurrency):
             self._slot_freed.clear()
@@ -510,6 +567,15 @@ class Worker:
         for future in pending:
             future.cancel()
         await asyncio.gather(*pending, return_exceptions=True)
+
+    def _idle_seconds(self) -> float:
+        """The poll interval, or less: until the soonest empty limit refills (ADRs/0032)."""
+        wait = self._limit_wait
+        return self._poll_interval if wait is None else max(0.001, min(wait, self._poll_interval))
+
+
+# A provider asking to wait: what pauses a kind's limits (with a Retry-After).
+_PAUSING = frozenset({FailureClass.RATE_LIMITED, FailureClass.SERVER_ERROR})
 
 
 async def _close(steps: AsyncIterator[StepEvent]) -> None:

@@ -102,6 +102,25 @@ class SubjectBusy(InvalidRequest):
         self.run_id = run_id
 
 
+class UnknownLimit(InvalidRequest, LookupError):
+    """A take or a pause names a provider limit that was never declared."""
+
+    def __init__(self, name: object) -> None:
+        super().__init__(f"no provider limit named {name!r} is declared (AgentRuns.declare_limit)")
+        self.name = name
+
+
+class LimitExhausted(AgentRunsError, TimeoutError):
+    """A take was not granted within its wait: the limit is empty or paused for longer."""
+
+    def __init__(self, name: str, retry_in: float) -> None:
+        super().__init__(
+            f"provider limit {name!r} granted nothing in time; it may grant in {retry_in:.3g}s"
+        )
+        self.name = name
+        self.retry_in = retry_in
+
+
 class InvalidSchedule(InvalidRequest):
     """A schedule's definition is refused: its cron expression, interval, timezone, subject
     template, catch-up policy or run fields."""

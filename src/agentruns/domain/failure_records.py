@@ -35,6 +35,8 @@ class FailureDetail:
     message: str
     failure_class: FailureClass
     traceback: str
+    # The seconds the provider asked to wait (a Retry-After), when it said.
+    retry_after: float | None = None
 
     @property
     def summary(self) -> LastFailure:
@@ -72,6 +74,9 @@ class FailureRecord:
     failure_class: FailureClass
     traceback: str
     recorded_at: datetime
+    # The seconds the provider asked to wait (a Retry-After in seconds or as an HTTP date), when
+    # it said; the run's requeue was at least that late (ADRs/0032).
+    retry_after: float | None = None
 
     @property
     def summary(self) -> LastFailure:

@@ -19,6 +19,8 @@ import enum
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import UTC, datetime
+from email.utils import parsedate_to_datetime
 from http import HTTPStatus
 
 
@@ -169,7 +171,7 @@ def classify(error: BaseException) -> FailureClass:
     return FailureClass.UNKNOWN
 
 
-def _seconds(value: object) -> float | None:
+def _seconds(value: object, now: datetime | None = None) -> float | None:
     if isinstance(value, bool):
         return None
     if isinstance(value, int | float):
@@ -178,23 +180,38 @@ def _seconds(value: object) -> float | None:
         try:
             seconds = float(value.strip())
         except ValueError:
-            return None  # an HTTP date: the domain reads no clock to turn it into a wait
+            return _until(value, now)
     else:
         return None
     return seconds if math.isfinite(seconds) and seconds >= 0 else None
 
 
-def retry_after_of(error: BaseException) -> float | None:
+def _until(value: str, now: datetime | None) -> float | None:
+    """An HTTP date's wait from ``now`` (zero once past); ``None`` without a ``now`` (the domain
+    reads no clock: the caller passes its own) or for text that is no date."""
+    if now is None:
+        return None
+    try:
+        at = parsedate_to_datetime(value.strip())
+    except (TypeError, ValueError, IndexError):
+        return None
+    if at.tzinfo is None:
+        at = at.replace(tzinfo=UTC)  # RFC 9110: an HTTP date is in GMT
+    return max(0.0, (at - now).total_seconds())
+
+
+def retry_after_of(error: BaseException, now: datetime | None = None) -> float | None:
     """How many seconds the provider asked to wait: a ``retry_after`` attribute (seconds), else
     the ``retry-after-ms`` or ``retry-after`` header of the error's ``response``, walking the
-    cause chain (and a fallback chain's most recent attempt). ``None`` when none says."""
+    cause chain (and a fallback chain's most recent attempt). A ``Retry-After`` that is an HTTP
+    date counts from ``now`` (without one it says nothing). ``None`` when none says."""
     seen: set[int] = set()
     current: BaseException | None = error
     while current is not None and id(current) not in seen:
         seen.add(id(current))
         if isinstance(current, FallbackChainExhausted):
-            return retry_after_of(current.attempts[-1]) if current.attempts else None
-        found = _seconds(getattr(current, "retry_after", None))
+            return retry_after_of(current.attempts[-1], now) if current.attempts else None
+        found = _seconds(getattr(current, "retry_after", None), now)
         if found is not None:
             return found
         headers = getattr(getattr(current, "response", None), "headers", None)
@@ -202,7 +219,7 @@ def retry_after_of(error: BaseException) -> float | None:
             millis = _seconds(_header(headers, "retry-after-ms"))
             if millis is not None:
                 return millis / 1000
-            found = _seconds(_header(headers, "retry-after"))
+            found = _seconds(_header(headers, "retry-after"), now)
             if found is not None:
                 return found
         current = current.__cause__
@@ -236,11 +253,11 @@ the default rules (:func:`classify`)."""
 
 
 def classify_failure(
-    error: BaseException, custom: KindClassifier | None = None
+    error: BaseException, custom: KindClassifier | None = None, now: datetime | None = None
 ) -> ClassifiedFailure:
     """The kind's classifier first (if it answers), else :func:`classify`; the retry-after the
-    error carries, unless the kind's answer names one."""
-    retry_after = retry_after_of(error)
+    error carries (an HTTP date counted from ``now``), unless the kind's answer names one."""
+    retry_after = retry_after_of(error, now)
     if custom is not None:
         answer = custom(error)
         if isinstance(answer, ClassifiedFailure):

@@ -36,7 +36,11 @@ class RunKindPolicy:
     newest run if that was never claimed (:mod:`agentruns.domain.subject_policy`).
     ``debounce`` is a merge's default window (``None``: none): a run that new work joins, or
     that a merge makes, is not claimed until that long after the last work arrived, and no
-    later than ``debounce_max_wait`` after its first (``None``: no bound) (ADRs/0031)."""
+    later than ``debounce_max_wait`` after its first (``None``: no bound) (ADRs/0031).
+
+    ``limits`` names the provider limits its runs draw from (ADRs/0032): a worker does not claim
+    a run of the kind while one of them is empty or paused (no attempt is spent), and a 429 or
+    503 with a Retry-After from one of its steps pauses them all for every worker."""
 
     name: str
     retry_budget: int = DEFAULT_RETRY_BUDGET
@@ -48,6 +52,7 @@ class RunKindPolicy:
     on_active: OnActive = OnActive.QUEUE
     debounce: timedelta | None = None
     debounce_max_wait: timedelta | None = None
+    limits: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # InvalidRequest is a ValueError: a bad policy fails where the host builds it.
@@ -65,5 +70,9 @@ class RunKindPolicy:
         OnActive.parse(self.on_active)
         debounce_window(self.debounce, "a kind's debounce")
         debounce_window(self.debounce_max_wait, "a kind's debounce_max_wait")
+        if not isinstance(self.limits, tuple):
+            raise InvalidRequest("a kind's limits are a tuple of limit names")
+        for limit in self.limits:
+            limits.name(limit, "a kind's limit")
         if self.backoff.cap > limits.MAX_DELAY:
             raise InvalidRequest(f"a backoff's cap is at most {limits.MAX_DELAY}")

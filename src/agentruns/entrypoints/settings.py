@@ -10,6 +10,7 @@ from pydantic import AfterValidator, BeforeValidator, Field, PositiveInt, Secret
 from pydantic_settings import BaseSettings, SettingsConfigDict
 
 from agentruns.domain.durations import parse_duration
+from agentruns.domain.provider_limits import parse_limits
 
 # A worker's slots share its connection pool and its event loop: past this, run more workers.
 MAX_WORKER_CONCURRENCY = 10_000
@@ -17,6 +18,13 @@ MAX_WORKER_CONCURRENCY = 10_000
 # The one duration parser of the command line and the settings (its InvalidDuration is a
 # ValueError, which pydantic reports as this setting's error).
 Duration = Annotated[timedelta, BeforeValidator(parse_duration)]
+
+
+def _limits(text: str) -> str:
+    """Provider limits as written (``openai/gpt-5=500rpm,2000000tpm;...``), checked here so
+    that a bad one stops the process at start (ADRs/0032)."""
+    parse_limits(text)
+    return text
 
 
 def _plain_schema(name: str | None) -> str | None:
@@ -59,6 +67,8 @@ class AgentRunsSettings(BaseSettings):
     conversation_sandbox_idle: Duration = timedelta(minutes=15)
     worker_concurrency: Annotated[int, Field(ge=1, le=MAX_WORKER_CONCURRENCY)] = 8
     poll_interval: Duration = timedelta(seconds=2)
+    # AGENTRUNS_LIMITS: provider limits a worker declares at start (ADRs/0032).
+    limits: Annotated[str, AfterValidator(_limits)] = ""
     shutdown_grace: Duration = timedelta(seconds=30)
     # How long a step stopped by a cancel or a lost lease may run its cleanup before the worker
     # cancels it again (ADRs/0023).

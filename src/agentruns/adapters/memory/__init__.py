@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from agentruns.adapters.memory.database import MemoryDatabase, MemoryTable, MemoryTransaction
 from agentruns.adapters.memory.holders import MemoryHolderStore
+from agentruns.adapters.memory.limits import MemoryLimitStore
 from agentruns.adapters.memory.notifier import MemoryNotifier
 from agentruns.adapters.memory.runs import MemoryEventLog, MemoryRunStore
 from agentruns.adapters.memory.sandbox_claims import MemorySandboxClaims
@@ -34,12 +35,14 @@ class MemoryFamily(AdapterFamily):
         self._stats = MemoryRunStats(self.database, self.runs, self.workspaces, clock)
         self._schedules = MemoryScheduleStore(self.database, clock)
         self._holders = MemoryHolderStore(self.database, clock)
+        self.limits = MemoryLimitStore(self.database, clock)
         self._stores = Stores(
             scope=self.database,
             runs=self.runs,
             events=self.events,
             workspaces=self.workspaces,
             notifier=self.notifier,
+            limits=self.limits,
         )
 
     @property
@@ -76,6 +79,7 @@ __all__ = [
     "MemoryEventLog",
     "MemoryFamily",
     "MemoryHolderStore",
+    "MemoryLimitStore",
     "MemoryNotifier",
     "MemoryRunStats",
     "MemoryRunStore",

@@ -433,6 +433,7 @@ class MemoryRunStore(RunStore):
             failure_class=detail.failure_class,
             traceback=detail.traceback,
             recorded_at=self._clock.now(),
+            retry_after=detail.retry_after,
         )
         self._failures.put(tx, run.id, (*self._failures_of(run.id), record))
         return record

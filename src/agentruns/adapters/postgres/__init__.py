@@ -9,6 +9,7 @@ from __future__ import annotations
 from agentruns.adapters.postgres.connections import ConnectionOptions
 from agentruns.adapters.postgres.database import PostgresDatabase, PostgresTransaction
 from agentruns.adapters.postgres.holders import PostgresHolderStore
+from agentruns.adapters.postgres.limits import PostgresLimitStore
 from agentruns.adapters.postgres.migrate import migrate, migrations_path
 from agentruns.adapters.postgres.notifier import PostgresNotifier
 from agentruns.adapters.postgres.runs import PostgresEventLog, PostgresRunStore
@@ -45,12 +46,14 @@ class PostgresFamily(AdapterFamily):
         self.events = PostgresEventLog(self.database, self.runs)
         self.workspaces = PostgresWorkspaceStore(self.database)
         self.notifier = PostgresNotifier(url, self.database.options)
+        self.limits = PostgresLimitStore(self.database)
         self._stores = Stores(
             scope=self.database,
             runs=self.runs,
             events=self.events,
             workspaces=self.workspaces,
             notifier=self.notifier,
+            limits=self.limits,
         )
         self._sandboxes = PostgresSandboxStore(self.database)
         self._stats = PostgresRunStats(self.database)
@@ -106,6 +109,7 @@ __all__ = [
     "PostgresEventLog",
     "PostgresFamily",
     "PostgresHolderStore",
+    "PostgresLimitStore",
     "PostgresNotifier",
     "PostgresRunStore",
     "PostgresSandboxStore",

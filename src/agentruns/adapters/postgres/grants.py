@@ -110,6 +110,11 @@ OBJECTS: tuple[Privileges, ...] = (
         _DML,
         "each worker and gateway beats its row, marks it stopped, clears rows a day unseen",
     ),
+    _table(
+        "agent_limit",
+        ("SELECT", "INSERT", "UPDATE"),
+        "limits are declared, taken from and paused by every worker",
+    ),
     _table("agent_sandbox", _DML, "the gateway and the sandbox reaper keep sandboxes"),
     _table(
         "agent_schedule",

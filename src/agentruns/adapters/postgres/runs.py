@@ -129,6 +129,7 @@ def failure_from_row(row: Row) -> FailureRecord:
         failure_class=FailureClass(row["failure_class"]),
         traceback=row["traceback"],
         recorded_at=row["recorded_at"],
+        retry_after=row["retry_after"],
     )
 
 
@@ -519,6 +520,7 @@ class PostgresRunStore(RunStore):
                 message=detail.message,
                 failure_class=detail.failure_class.value,
                 traceback=detail.traceback,
+                retry_after=detail.retry_after,
             ),
         )
         if not rows:

@@ -17,6 +17,7 @@ from sqlalchemy import (
     CheckConstraint,
     Column,
     DateTime,
+    Double,
     ForeignKey,
     Identity,
     Integer,
@@ -86,6 +87,28 @@ agent_holder = Table(
     Column("stopped_at", TZ),
     CheckConstraint("renewal > interval '0'", name="ck_agent_holder_renewal"),
     CheckConstraint("seen_at >= started_at", name="ck_agent_holder_seen"),
+)
+
+# A provider limit (ADRs/0032): its definition, the bursts and rates the domain derives from it,
+# and its two token buckets as of level_at; paused_until is a provider's Retry-After. One row per
+# limit, written by one atomic UPDATE per take (adapters/postgres/limit_sql.py).
+agent_limit = Table(
+    "agent_limit",
+    metadata,
+    Column("name", Text, primary_key=True),
+    Column("requests", BigInteger),
+    Column("tokens", BigInteger),
+    Column("per_seconds", Double, nullable=False),
+    Column("requests_burst", Double, nullable=False),
+    Column("requests_rate", Double, nullable=False),
+    Column("tokens_burst", Double, nullable=False),
+    Column("tokens_rate", Double, nullable=False),
+    Column("requests_level", Double, nullable=False),
+    Column("tokens_level", Double, nullable=False),
+    Column("level_at", TZ, nullable=False),
+    Column("paused_until", TZ),
+    CheckConstraint("requests IS NOT NULL OR tokens IS NOT NULL", name="ck_agent_limit_some"),
+    CheckConstraint("per_seconds > 0", name="ck_agent_limit_per"),
 )
 
 agent_budget_hold = Table(
@@ -236,6 +259,8 @@ agent_run_failure = Table(
     Column("failure_class", Text, nullable=False),
     Column("traceback", Text, nullable=False),
     Column("recorded_at", TZ, nullable=False),
+    # The seconds a provider asked to wait (Retry-After), when it said (ADRs/0032).
+    Column("retry_after", Double),
 )
 
 # A sandbox's row owns its claim (the trigger guard_agent_sandbox keeps the state table and the

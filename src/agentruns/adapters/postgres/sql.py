@@ -379,7 +379,8 @@ ORDER BY deadline_at, seq LIMIT :limit
 # last failure (a leased -> leased update: no head moves, no wake-up) and the record is appended,
 # in one statement. Written only on failure, never on a successful step or end.
 _FAILURE_COLUMNS = (
-    "run_id, id, epoch, attempt, holder, error_type, message, failure_class, traceback, recorded_at"
+    "run_id, id, epoch, attempt, holder, error_type, message, failure_class, traceback, "
+    "recorded_at, retry_after"
 )
 
 RECORD_FAILURE = statement(f"""
@@ -391,9 +392,9 @@ noted AS (
     RETURNING id, epoch, attempt, holder, clock.now AS now
 )
 INSERT INTO agent_run_failure (run_id, epoch, attempt, holder, error_type, message,
-                               failure_class, traceback, recorded_at)
+                               failure_class, traceback, recorded_at, retry_after)
 SELECT noted.id, noted.epoch, noted.attempt, noted.holder, :error_type, :message,
-       :failure_class, :traceback, noted.now
+       :failure_class, :traceback, noted.now, CAST(:retry_after AS double precision)
 FROM noted
 RETURNING {_FAILURE_COLUMNS}
 """)

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from agentruns.app.metrics import sample_queue_depth
+from agentruns.domain.provider_limits import parse_limits
 from agentruns.entrypoints import container as composition
 from agentruns.entrypoints.cli.root import (
     DatabaseName,
@@ -289,6 +290,9 @@ async def _work(built: AgentRunsContainer, holder: str, drain: bool) -> None:
     )
     scheduling = None
     try:
+        # The settings' provider limits (AGENTRUNS_LIMITS): every worker declares them.
+        for limit in parse_limits(config.limits):
+            await built.runs().declare_limit(limit)
         scheduling = await start_scheduler(built, "worker", stop)
         await running.run(stop, grace=config.shutdown_grace.total_seconds(), drain=drain)
     finally:

@@ -218,7 +218,12 @@ def run(shown: AgentRun, events: list[RunEvent], failures: list[FailureRecord]) 
                 str(number),
                 str(failure.epoch),
                 str(failure.attempt),
-                str(failure.failure_class),
+                str(failure.failure_class)
+                + (
+                    ""
+                    if failure.retry_after is None
+                    else f" (retry after {failure.retry_after:g}s)"
+                ),
                 f"{failure.error_type}: {failure.message}",
                 failure.holder or "-",
                 failure.recorded_at.isoformat(),
@@ -266,6 +271,7 @@ def failure_fields(failure: FailureRecord) -> dict[str, object]:
         "failure_class": str(failure.failure_class),
         "traceback": failure.traceback,
         "at": failure.recorded_at.isoformat(),
+        "retry_after": failure.retry_after,
     }
 
 
