@@ -36,6 +36,8 @@ _HOMES: dict[str, str] = {
     "RunKinds": "agentruns.app.kinds",
     "StepEvent": "agentruns.app.kinds",
     "RunResult": "agentruns.app.kinds",
+    "Usage": "agentruns.domain.usage",
+    "Spend": "agentruns.domain.usage",
     "Steps": "agentruns.app.kinds",
     "RecordedSteps": "agentruns.app.recorded",
     "StepContext": "agentruns.app.recorded",
@@ -308,6 +310,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
     from agentruns.domain.ticks import (
         ScheduleState as ScheduleState,
     )
+    from agentruns.domain.usage import Spend as Spend, Usage as Usage
     from agentruns.domain.waits import (
         Delivered as Delivered,
         Signal as Signal,

@@ -104,6 +104,8 @@ PUBLIC = [
     "StaleEpoch",
     "StepEvent",
     "RunResult",
+    "Usage",
+    "Spend",
     "Steps",
     "StoreUnavailable",
     "TerminationReason",
