@@ -29,6 +29,7 @@ from agentruns.domain.payload import JsonObject, JsonValue
 from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
+from agentruns.domain.usage import Per, Spend, Usage
 from agentruns.domain.waits import Delivered, Signal
 
 
@@ -158,11 +159,13 @@ class RunEvent:
 
 @dataclass(frozen=True, slots=True)
 class StepWrite:
-    """One step boundary of a group: renew under ``fence``, then append the event."""
+    """One step boundary of a group: renew under ``fence``, then append the event (and record
+    its ``usage``, if it reported any: ADRs/0033)."""
 
     fence: AgentRunFence
     type: str
     data: JsonObject
+    usage: Usage | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -423,11 +426,25 @@ class EventLog(Protocol):
     ) -> RunEvent: ...
 
     async def renew_and_append(
-        self, tx: Transaction, fence: AgentRunFence, type: str, data: JsonObject
+        self,
+        tx: Transaction,
+        fence: AgentRunFence,
+        type: str,
+        data: JsonObject,
+        usage: Usage | None = None,
     ) -> RunEvent:
         """A step boundary as one operation: renew the lease under ``fence`` (as
         :meth:`RunStore.renew`) and append the event only if the renewal held; on a fence
-        that does not hold, raise as ``renew`` does and append nothing."""
+        that does not hold, raise as ``renew`` does and append nothing. With ``usage`` (not
+        empty), the same operation adds it to the run's totals and records it in the usage
+        ledger at the event's seq (ADRs/0033); a refused fence records none of it."""
+        ...
+
+    async def spend(
+        self, tx: Transaction, workspace: str, since: datetime, until: datetime, per: Per
+    ) -> list[Spend]:
+        """The workspace's usage ledger at ``since <= at < until``, grouped as
+        :func:`agentruns.domain.usage.spend` groups it (purged runs' usage included)."""
         ...
 
     async def renew_and_append_many(

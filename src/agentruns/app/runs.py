@@ -34,7 +34,7 @@ from agentruns.app.ports import (
 )
 from agentruns.app.tracing import NoTracing, Tracing
 from agentruns.app.watch import RunUpdate, RunWatcher
-from agentruns.domain import keys, limits, subject_policy
+from agentruns.domain import keys, limits, subject_policy, usage as usage_rules
 from agentruns.domain.backoff import RandomSource
 from agentruns.domain.bands import DEFAULT_BAND_AGING, Band
 from agentruns.domain.errors import (
@@ -53,6 +53,7 @@ from agentruns.domain.run import AgentRun, AgentRunFence, continue_after, retry_
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.subject_policy import OnActive
 from agentruns.domain.termination import TerminationReason
+from agentruns.domain.usage import Spend, Usage
 from agentruns.domain.waits import (
     SLEEP_STEP,
     SLEPT,
@@ -585,15 +586,50 @@ class AgentRuns:
             return await self._stores.events.append(inner, fence, _name(type, "type"), checked)
 
     async def step_boundary(
-        self, fence: AgentRunFence, type: str, data: object = None, *, tx: Transaction | None = None
+        self,
+        fence: AgentRunFence,
+        type: str,
+        data: object = None,
+        *,
+        tx: Transaction | None = None,
+        usage: Usage | None = None,
     ) -> RunEvent:
         """Renew the lease and persist the step's event, as one store operation: the event is
-        appended only if the renewal held, so a zombie holder appends nothing."""
+        appended only if the renewal held, so a zombie holder appends nothing. With ``usage``,
+        what the step spent is added to the run's totals and recorded in the usage ledger in
+        that same fenced write (ADRs/0033): a zombie holder records none of it."""
         _fence(fence)
         checked = validate_payload({} if data is None else data)
+        spent = usage_rules.usage(usage)
         async with self.transaction(tx) as inner:
+            if spent is None:
+                return await self._stores.events.renew_and_append(
+                    inner, fence, _name(type, "type"), checked
+                )
             return await self._stores.events.renew_and_append(
-                inner, fence, _name(type, "type"), checked
+                inner, fence, _name(type, "type"), checked, spent
+            )
+
+    async def spend(
+        self,
+        workspace: str,
+        since: datetime,
+        until: datetime,
+        per: str = "day",
+        *,
+        tx: Transaction | None = None,
+    ) -> list[Spend]:
+        """A workspace's spend at ``since <= at < until``: the usage its steps reported, per UTC
+        ``per`` (``"hour"``, ``"day"`` or ``"month"``), kind, provider and model, in that order
+        (ADRs/0033). The usage of purged runs is counted: the ledger outlives them."""
+        checked_per = usage_rules.per(per)
+        start = limits.moment(since, "since")
+        end = limits.moment(until, "until")
+        if end < start:
+            raise InvalidRequest(f"until ({end}) is before since ({start})")
+        async with self.transaction(tx) as inner:
+            return await self._stores.events.spend(
+                inner, _name(workspace, "workspace"), start, end, checked_per
             )
 
     async def settle_group(
@@ -632,7 +668,10 @@ class AgentRuns:
                     renewals.append((index, write.fence))
                     continue
                 checked = StepWrite(
-                    write.fence, _name(write.type, "type"), validate_payload(write.data)
+                    write.fence,
+                    _name(write.type, "type"),
+                    validate_payload(write.data),
+                    usage_rules.usage(write.usage),
                 )
             except InvalidRequest as refused:
                 results[index] = refused

@@ -249,12 +249,14 @@ class Worker:
                 began = boundary.worked(span)
                 try:
                     if settler is not None:
-                        await settler.step_boundary(fence, event.type, event.data)
+                        await settler.step_boundary(fence, event.type, event.data, event.usage)
                     else:
-                        await self._runs.step_boundary(fence, event.type, event.data)
+                        await self._runs.step_boundary(
+                            fence, event.type, event.data, usage=event.usage
+                        )
                 finally:
                     span.end()
-                boundary.written(began)
+                boundary.written(began, event.usage)
         finally:
             keeper.forget(boundary)
 

@@ -22,6 +22,7 @@ from sqlalchemy import (
     Integer,
     Interval,
     MetaData,
+    Numeric,
     PrimaryKeyConstraint,
     Sequence,
     SmallInteger,
@@ -145,6 +146,11 @@ agent_run = Table(
     # A wait or a sleep whose end has not passed (ADRs/0029): out of the claim's index until the
     # first claim after its end, or its signal's wake-up, offers it again. Never on a leased run.
     Column("parked", Boolean, nullable=False, server_default=text("false")),
+    # The totals of its steps' usage (ADRs/0033), added by the step boundaries that report
+    # usage. Not indexed: the boundary's UPDATE stays a HOT update.
+    Column("input_tokens", BigInteger, nullable=False, server_default=text("0")),
+    Column("output_tokens", BigInteger, nullable=False, server_default=text("0")),
+    Column("cost", Numeric, nullable=False, server_default=text("0")),
     CheckConstraint("state IN ('queued', 'leased', 'ended')", name="ck_agent_run_state"),
     CheckConstraint("band BETWEEN 0 AND 2", name="ck_agent_run_band"),
     CheckConstraint("epoch >= 0 AND attempt >= 0", name="ck_agent_run_counts"),
@@ -198,6 +204,25 @@ agent_run_event = Table(
     Column("data", JSONB, nullable=False),
     Column("created_at", TZ, nullable=False),
     UniqueConstraint("run_id", "seq", name="uq_agent_run_event_seq"),
+)
+
+# The usage ledger (ADRs/0033): one row per step that reported usage, written by that step's
+# boundary in the same statement, at the step event's seq. It outlives its run's purge (a
+# workspace's spend is billed after its runs are gone): no foreign key, no delete with the run.
+agent_usage = Table(
+    "agent_usage",
+    metadata,
+    Column("run_id", UUID(as_uuid=True), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("workspace", Text, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("provider", Text),
+    Column("model", Text),
+    Column("at", TZ, nullable=False),
+    Column("input_tokens", BigInteger),
+    Column("output_tokens", BigInteger),
+    Column("cost", Numeric),
+    PrimaryKeyConstraint("run_id", "seq"),
 )
 
 # One row per watcher of a run (ADRs/0030): while a run has one, its commits are announced on

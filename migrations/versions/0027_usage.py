@@ -1,0 +1,59 @@
+"""What steps spent: the run's usage totals and the usage ledger (ADRs/0033).
+
+Revision ID: 0027_usage
+Revises: 0025_merge
+
+``agent_run`` gains its totals (``input_tokens``, ``output_tokens``, ``cost``), not indexed, so
+the step boundary that adds to them stays a HOT update; ``agent_usage`` keeps one row per step
+that reported usage, with no foreign key to the run (it outlives the run's purge), indexed by
+(workspace, at) for a workspace's spend per period. Adding columns with constant defaults
+rewrites no row.
+"""
+
+from __future__ import annotations
+
+from alembic import op
+
+revision = "0027_usage"
+down_revision = "0025_merge"
+branch_labels = None
+depends_on = None
+
+TOTALS = """
+ALTER TABLE agent_run
+    ADD COLUMN input_tokens bigint NOT NULL DEFAULT 0,
+    ADD COLUMN output_tokens bigint NOT NULL DEFAULT 0,
+    ADD COLUMN cost numeric NOT NULL DEFAULT 0
+"""
+
+LEDGER = """
+CREATE TABLE agent_usage (
+    run_id uuid NOT NULL,
+    seq integer NOT NULL,
+    workspace text NOT NULL,
+    kind text NOT NULL,
+    provider text,
+    model text,
+    at timestamp with time zone NOT NULL,
+    input_tokens bigint,
+    output_tokens bigint,
+    cost numeric,
+    PRIMARY KEY (run_id, seq)
+)
+"""
+
+LEDGER_INDEX = "CREATE INDEX ix_agent_usage_workspace_at ON agent_usage (workspace, at)"
+
+
+def upgrade() -> None:
+    op.execute(TOTALS)
+    op.execute(LEDGER)
+    op.execute(LEDGER_INDEX)
+
+
+def downgrade() -> None:
+    op.execute("DROP TABLE agent_usage")
+    op.execute(
+        "ALTER TABLE agent_run DROP COLUMN input_tokens, DROP COLUMN output_tokens, "
+        "DROP COLUMN cost"
+    )
