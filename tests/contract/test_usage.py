@@ -3,17 +3,26 @@ the run's totals, the usage ledger and a workspace's spend per period."""
 
 from __future__ import annotations
 
+import random
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 from decimal import Decimal
 
 import pytest
 
+from agentruns.app.kinds import RunKind, RunKinds, RunResult, StepEvent
+from agentruns.app.metrics import NoMetrics
 from agentruns.app.ports import RunEvent, StepWrite
+from agentruns.app.recorded import RecordedSteps, StepContext
 from agentruns.app.runs import AgentRuns
+from agentruns.app.worker import Worker
 from agentruns.domain.errors import InvalidRequest, StaleEpoch
+from agentruns.domain.failures import ProviderError
 from agentruns.domain.run import AgentRun
+from agentruns.domain.termination import RunOutcome, TerminationReason
 from agentruns.domain.usage import Spend, Usage
 from tests.contract.conftest import START, Backend
+from tests.contract.kinds import BACKOFF, policy
 
 DAY = START.replace(hour=0)
 LATER = START + timedelta(days=400)
@@ -153,3 +162,91 @@ async def test_bad_usage_is_refused_and_writes_nothing(runs: AgentRuns) -> None:
         await runs.spend("acme", LATER, DAY)
     with pytest.raises(InvalidRequest):
         await runs.spend("acme", DAY.replace(tzinfo=None), LATER)
+
+
+async def test_a_purged_run_s_usage_stays_in_the_workspace_s_spend(
+    backend: Backend, runs: AgentRuns
+) -> None:
+    run = await _leased(runs, "s")
+    await runs.step_boundary(run.fence, "step", {}, usage=Usage(input_tokens=9))
+    await runs.end(run.fence, TerminationReason.COMPLETED)
+    backend.clock.advance(timedelta(days=2))
+    assert await runs.purge(timedelta(days=1)) == 1
+    assert [s.input_tokens for s in await runs.spend("acme", DAY, LATER)] == [9]
+
+
+class _Spent(NoMetrics):
+    def __init__(self) -> None:
+        self.seen: list[tuple[str, str, Usage]] = []
+
+    def spent(self, workspace: str, kind: str, usage: Usage) -> None:
+        self.seen.append((workspace, kind, usage))
+
+
+@pytest.mark.parametrize("group_commit", [True, False], ids=["grouped", "alone"])
+async def test_a_generator_s_steps_report_usage_through_the_worker(
+    backend: Backend, runs: AgentRuns, kinds: RunKinds, group_commit: bool
+) -> None:
+    async def steps(run: AgentRun) -> AsyncIterator[StepEvent]:
+        yield StepEvent("ask", {}, usage=Usage(input_tokens=10, output_tokens=1, model="m"))
+        yield StepEvent("think", {})
+        yield StepEvent("ask", {}, usage=Usage(input_tokens=5, cost=Decimal("0.25"), model="m"))
+        yield RunResult("done")
+
+    kinds.register(RunKind(policy("spender"), steps))
+    metrics = _Spent()
+    worker = Worker(
+        runs,
+        kinds,
+        backend.stores.notifier,
+        random.Random(3),
+        holder="w",
+        group_commit=group_commit,
+        metrics=metrics,
+    )
+    run = await runs.enqueue("spender", workspace="acme", subject="s")
+    [claimed] = await runs.claim(worker.holder)
+    assert await worker.drive(claimed) is RunOutcome.COMPLETED
+    got = await runs.get(run.id)
+    assert (got.input_tokens, got.output_tokens, got.cost) == (15, 1, Decimal("0.25"))
+    assert [(w, k, u.input_tokens) for w, k, u in metrics.seen] == [
+        ("acme", "spender", 10),
+        ("acme", "spender", 5),
+    ]
+    assert await runs.spend("acme", DAY, LATER) == [
+        Spend(DAY, "spender", None, "m", 2, 15, 1, Decimal("0.25"))
+    ]
+
+
+async def test_a_recorded_step_reports_from_inside_its_work_and_a_replay_reports_nothing(
+    backend: Backend, runs: AgentRuns, kinds: RunKinds
+) -> None:
+    attempts: list[int] = []
+
+    async def call(ctx: StepContext, tokens: int) -> str:
+        ctx.spent(Usage(input_tokens=tokens, provider="p"))
+        ctx.spent(Usage(output_tokens=1))
+        return "ok"
+
+    async def agent(run: AgentRun, ctx: StepContext) -> None:
+        attempts.append(run.epoch)
+        with pytest.raises(InvalidRequest):
+            ctx.spent(Usage(input_tokens=1))  # between steps: refused
+        await ctx.step("plan", call, ctx, 100)
+        if run.epoch == 1:
+            raise ProviderError("overloaded", status=503)
+        await ctx.step("act", call, ctx, 7)
+
+    kinds.register(RunKind(policy("agent"), RecordedSteps(agent)))
+    worker = Worker(runs, kinds, backend.stores.notifier, random.Random(5), holder="w")
+    run = await runs.enqueue("agent", workspace="acme", subject="s")
+    [first] = await runs.claim(worker.holder)
+    assert await worker.drive(first) is RunOutcome.REQUEUED
+    backend.clock.advance(BACKOFF.base)
+    [second] = await runs.claim(worker.holder)
+    assert await worker.drive(second) is RunOutcome.COMPLETED
+    assert attempts == [1, 2]
+    got = await runs.get(run.id)
+    assert (got.input_tokens, got.output_tokens) == (107, 2)
+    [spent] = await runs.spend("acme", DAY, LATER)
+    assert (spent.provider, spent.steps, spent.input_tokens) == ("p", 2, 107)

@@ -275,11 +275,8 @@ class Worker:
             ]
         replay = Replay(history)
 
-        async def record(label: str, work: Callable[[], Awaitable[JsonObject]]) -> JsonObject:
-            async def event() -> StepEvent:
-                return StepEvent(RECORDED_STEP, await work())
-
-            return (await boundary.step(event, label)).data
+        async def record(label: str, work: Callable[[], Awaitable[StepEvent]]) -> JsonObject:
+            return (await boundary.step(work, label)).data
 
         async def wait(name: str | None, occurrence: int, longest: timedelta) -> JsonObject | None:
             record = await self._runs.wait_point(
