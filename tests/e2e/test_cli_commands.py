@@ -84,6 +84,15 @@ def test_runs_show_prints_the_result_a_run_ended_with(postgres_url: str) -> None
     assert '{"verdict": "approve"}' in table
 
 
+def test_runs_show_prints_what_the_run_s_steps_spent(postgres_url: str) -> None:
+    run_id = enqueue(postgres_url, "--payload", '{"steps": 2, "step_ms": 1, "tokens": 400}')
+    ok(invoke(postgres_url, "worker", "--kinds", KINDS, "--drain"))
+    run = shown(postgres_url, run_id)
+    assert run["usage"] == {"input_tokens": 800, "output_tokens": 200, "cost": "0.001"}
+    table = ok(invoke(postgres_url, "runs", "show", str(run_id)))
+    assert "800 input tokens, 200 output tokens, cost 0.001" in table
+
+
 def test_a_failed_run_shows_its_error_and_traceback_and_a_retry_goes_on(postgres_url: str) -> None:
     """A 401 is not retryable: dead-lettered on its first attempt, with its record; `runs retry`
     continues it (one more attempt), and the continuation runs again."""

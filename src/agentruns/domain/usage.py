@@ -199,3 +199,9 @@ def spend(records: list[UsageRecord], since: datetime, until: datetime, per: Per
             )
         )
     return found
+
+
+def cost_text(cost: Decimal) -> str:
+    """A cost as plain text, without trailing zeros or an exponent: ``0.001``, ``12``."""
+    text = format(cost.normalize(), "f")
+    return "0" if text in ("-0", "") else text
