@@ -6,7 +6,8 @@ Revises: 0025_merge
 ``agent_run`` gains its totals (``input_tokens``, ``output_tokens``, ``cost``), not indexed, so
 the step boundary that adds to them stays a HOT update; ``agent_usage`` keeps one row per step
 that reported usage, with no foreign key to the run (it outlives the run's purge), indexed by
-(workspace, at) for a workspace's spend per period. Adding columns with constant defaults
+(workspace, at) for a workspace's spend per period and by (at) for every workspace's spend in a
+window (the console). Adding columns with constant defaults
 rewrites no row.
 """
 
@@ -44,11 +45,14 @@ CREATE TABLE agent_usage (
 
 LEDGER_INDEX = "CREATE INDEX ix_agent_usage_workspace_at ON agent_usage (workspace, at)"
 
+LEDGER_TIME_INDEX = "CREATE INDEX ix_agent_usage_at ON agent_usage (at)"
+
 
 def upgrade() -> None:
     op.execute(TOTALS)
     op.execute(LEDGER)
     op.execute(LEDGER_INDEX)
+    op.execute(LEDGER_TIME_INDEX)
 
 
 def downgrade() -> None:

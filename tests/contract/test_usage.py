@@ -250,3 +250,24 @@ async def test_a_recorded_step_reports_from_inside_its_work_and_a_replay_reports
     assert (got.input_tokens, got.output_tokens) == (107, 2)
     [spent] = await runs.spend("acme", DAY, LATER)
     assert (spent.provider, spent.steps, spent.input_tokens) == ("p", 2, 107)
+
+
+async def test_spend_by_workspace_sums_each_workspace_most_cost_first(
+    backend: Backend, runs: AgentRuns
+) -> None:
+    a = await _leased(runs, "a", workspace="acme")
+    b = await _leased(runs, "b", workspace="beta")
+    c = await _leased(runs, "c", workspace="cheap")
+    await runs.step_boundary(a.fence, "step", {}, usage=Usage(input_tokens=5, cost=1))
+    await runs.step_boundary(a.fence, "step", {}, usage=Usage(output_tokens=5, cost=2))
+    await runs.step_boundary(b.fence, "step", {}, usage=Usage(input_tokens=1, cost=7))
+    await runs.step_boundary(c.fence, "step", {}, usage=Usage(input_tokens=1))
+    found = await runs.spend_by_workspace(DAY, LATER)
+    assert [(s.workspace, s.steps, s.input_tokens, s.output_tokens, s.cost) for s in found] == [
+        ("beta", 1, 1, 0, Decimal(7)),
+        ("acme", 2, 5, 5, Decimal(3)),
+        ("cheap", 1, 1, 0, Decimal(0)),
+    ]
+    assert await runs.spend_by_workspace(LATER, LATER) == []
+    with pytest.raises(InvalidRequest):
+        await runs.spend_by_workspace(LATER, DAY)

@@ -29,7 +29,7 @@ from agentruns.domain.payload import JsonObject, JsonValue
 from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
-from agentruns.domain.usage import Per, Spend, Usage
+from agentruns.domain.usage import Per, Spend, Usage, WorkspaceSpend
 from agentruns.domain.waits import Delivered, Signal
 
 
@@ -445,6 +445,13 @@ class EventLog(Protocol):
     ) -> list[Spend]:
         """The workspace's usage ledger at ``since <= at < until``, grouped as
         :func:`agentruns.domain.usage.spend` groups it (purged runs' usage included)."""
+        ...
+
+    async def spend_by_workspace(
+        self, tx: Transaction, since: datetime, until: datetime
+    ) -> list[WorkspaceSpend]:
+        """Every workspace's usage at ``since <= at < until``, summed and ordered as
+        :func:`agentruns.domain.usage.spend_by_workspace` does."""
         ...
 
     async def renew_and_append_many(

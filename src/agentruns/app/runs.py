@@ -53,7 +53,7 @@ from agentruns.domain.run import AgentRun, AgentRunFence, continue_after, retry_
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.subject_policy import OnActive
 from agentruns.domain.termination import TerminationReason
-from agentruns.domain.usage import Spend, Usage
+from agentruns.domain.usage import Spend, Usage, WorkspaceSpend
 from agentruns.domain.waits import (
     SLEEP_STEP,
     SLEPT,
@@ -609,6 +609,17 @@ class AgentRuns:
             return await self._stores.events.renew_and_append(
                 inner, fence, _name(type, "type"), checked, spent
             )
+
+    async def spend_by_workspace(
+        self, since: datetime, until: datetime, *, tx: Transaction | None = None
+    ) -> list[WorkspaceSpend]:
+        """Every workspace's spend at ``since <= at < until``, most cost first (ADRs/0033)."""
+        start = limits.moment(since, "since")
+        end = limits.moment(until, "until")
+        if end < start:
+            raise InvalidRequest(f"until ({end}) is before since ({start})")
+        async with self.transaction(tx) as inner:
+            return await self._stores.events.spend_by_workspace(inner, start, end)
 
     async def spend(
         self,

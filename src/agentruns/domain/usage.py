@@ -170,6 +170,40 @@ class UsageRecord:
     usage: Usage
 
 
+@dataclass(frozen=True, slots=True)
+class WorkspaceSpend:
+    """What one workspace's steps spent in a window (the console's spend per workspace)."""
+
+    workspace: str
+    steps: int
+    input_tokens: int
+    output_tokens: int
+    cost: Decimal
+
+
+def spend_by_workspace(
+    records: list[UsageRecord], since: datetime, until: datetime
+) -> list[WorkspaceSpend]:
+    """The records at ``since <= at < until`` summed per workspace, most cost first (then most
+    tokens, then by name): the memory adapter's; PostgreSQL sums and orders alike in SQL."""
+    groups: dict[str, list[Usage]] = {}
+    for record in records:
+        if since <= record.at < until:
+            groups.setdefault(record.workspace, []).append(record.usage)
+    found = [
+        WorkspaceSpend(
+            workspace=workspace,
+            steps=len(spent),
+            input_tokens=sum(u.input_tokens or 0 for u in spent),
+            output_tokens=sum(u.output_tokens or 0 for u in spent),
+            cost=sum((u.cost or Decimal(0) for u in spent), Decimal(0)),
+        )
+        for workspace, spent in groups.items()
+    ]
+    found.sort(key=lambda s: (-s.cost, -(s.input_tokens + s.output_tokens), s.workspace))
+    return found
+
+
 def spend(records: list[UsageRecord], since: datetime, until: datetime, per: Per) -> list[Spend]:
     """The records at ``since <= at < until`` grouped by period, kind, provider and model, in
     that order (the memory adapter's spend; PostgreSQL groups alike in SQL)."""

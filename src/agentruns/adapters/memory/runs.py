@@ -39,7 +39,7 @@ from agentruns.domain.payload import JsonObject, JsonValue
 from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
-from agentruns.domain.usage import Per, Spend, Usage, UsageRecord
+from agentruns.domain.usage import Per, Spend, Usage, UsageRecord, WorkspaceSpend
 from agentruns.domain.waits import Delivered, Signal
 
 
@@ -553,6 +553,12 @@ class MemoryEventLog(EventLog):
         self._database.check(tx)
         records = [record for record in self._usage.values() if record.workspace == workspace]
         return usage_rules.spend(records, since, until, per)
+
+    async def spend_by_workspace(
+        self, tx: Transaction, since: datetime, until: datetime
+    ) -> list[WorkspaceSpend]:
+        self._database.check(tx)
+        return usage_rules.spend_by_workspace(list(self._usage.values()), since, until)
 
     async def renew_and_append_many(
         self, tx: Transaction, steps: Sequence[StepWrite]

@@ -46,7 +46,7 @@ from agentruns.domain.payload import JsonObject, JsonValue
 from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
-from agentruns.domain.usage import Per, Spend, Usage
+from agentruns.domain.usage import Per, Spend, Usage, WorkspaceSpend
 from agentruns.domain.waits import Delivered, Signal
 
 # Candidates a kinds-restricted claim ranks beyond its limit, so claimers racing for the same
@@ -675,6 +675,21 @@ class PostgresEventLog(EventLog):
                 cost=row["cost"],
             )
             for row in await fetch(tx, sql.SPEND, params)
+        ]
+
+    async def spend_by_workspace(
+        self, tx: Tx, since: datetime, until: datetime
+    ) -> list[WorkspaceSpend]:
+        params = {"since": since, "until": until}
+        return [
+            WorkspaceSpend(
+                workspace=row["workspace"],
+                steps=row["steps"],
+                input_tokens=int(row["input_tokens"]),
+                output_tokens=int(row["output_tokens"]),
+                cost=row["cost"],
+            )
+            for row in await fetch(tx, sql.SPEND_BY_WORKSPACE, params)
         ]
 
     async def _append_held(

@@ -826,6 +826,19 @@ GROUP BY 1, 2, 3, 4
 ORDER BY 1, kind COLLATE "C", provider COLLATE "C" NULLS FIRST, model COLLATE "C" NULLS FIRST
 """)
 
+# Every workspace's spend in [since, until) (the console's, ADRs/0033), through ix_agent_usage_at,
+# ordered as agentruns.domain.usage.spend_by_workspace orders it.
+SPEND_BY_WORKSPACE = statement("""
+SELECT * FROM (
+    SELECT workspace, count(*) AS steps, COALESCE(sum(input_tokens), 0) AS input_tokens,
+           COALESCE(sum(output_tokens), 0) AS output_tokens, COALESCE(sum(cost), 0) AS cost
+    FROM agent_usage
+    WHERE at >= :since AND at < :until
+    GROUP BY workspace
+) s
+ORDER BY cost DESC, input_tokens + output_tokens DESC, workspace COLLATE "C"
+""")
+
 SET_ACTIVE = statement("""
 INSERT INTO agent_workspace (id, active) VALUES (:workspace, :active)
 ON CONFLICT (id) DO UPDATE SET active = EXCLUDED.active
