@@ -37,6 +37,8 @@ _HOMES: dict[str, str] = {
     "StepEvent": "agentruns.app.kinds",
     "RunResult": "agentruns.app.kinds",
     "Usage": "agentruns.domain.usage",
+    "Budget": "agentruns.domain.budgets",
+    "BudgetView": "agentruns.domain.budgets",
     "Spend": "agentruns.domain.usage",
     "Steps": "agentruns.app.kinds",
     "RecordedSteps": "agentruns.app.recorded",
@@ -235,6 +237,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
     from agentruns.domain.bands import (
         Band as Band,
     )
+    from agentruns.domain.budgets import Budget as Budget, BudgetView as BudgetView
     from agentruns.domain.errors import (
         AgentRunsError as AgentRunsError,
         DatabaseTimeout as DatabaseTimeout,

@@ -105,6 +105,8 @@ PUBLIC = [
     "StepEvent",
     "RunResult",
     "Usage",
+    "Budget",
+    "BudgetView",
     "Spend",
     "Steps",
     "StoreUnavailable",

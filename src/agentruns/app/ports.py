@@ -21,6 +21,7 @@ from typing import Protocol
 from uuid import UUID
 
 from agentruns.domain.bands import Band
+from agentruns.domain.budgets import BudgetState
 from agentruns.domain.claim_order import SubjectKey
 from agentruns.domain.errors import AgentRunsError
 from agentruns.domain.failure_records import FailureDetail, FailureRecord
@@ -472,11 +473,15 @@ class EventLog(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class BudgetHold:
-    """A workspace's budget is held until ``until``: its runs are not offered until then."""
+    """A workspace's budget is held until ``until``: its runs are not offered until then.
+    ``by_budget``: written by the workspace's :class:`~agentruns.domain.budgets.Budget` when its
+    period's spend reached a limit (ADRs/0033), lifted when the budget is raised or removed; a
+    host's own hold is never one, and a budget never replaces it."""
 
     workspace: str
     until: datetime
     reason: str = ""
+    by_budget: bool = False
 
 
 class WorkspaceStore(Protocol):
@@ -495,6 +500,19 @@ class WorkspaceStore(Protocol):
 
     async def holds(self, tx: Transaction) -> list[BudgetHold]:
         """The holds still in force now."""
+        ...
+
+    async def budget(self, tx: Transaction, workspace: str) -> BudgetState | None:
+        """The workspace's budget as last charged (its period not turned yet), if it has one."""
+        ...
+
+    async def put_budget(self, tx: Transaction, state: BudgetState) -> None:
+        """Set the workspace's budget with its period's start and spend, and lift its budget's
+        hold (a host's own hold stays); the caller writes the hold again if still spent."""
+        ...
+
+    async def remove_budget(self, tx: Transaction, workspace: str) -> bool:
+        """Remove the workspace's budget and its budget's hold; whether it had one."""
         ...
 
 

@@ -14,6 +14,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import TypeVar
 from uuid import UUID
 
@@ -37,6 +38,7 @@ from agentruns.app.watch import RunUpdate, RunWatcher
 from agentruns.domain import keys, limits, subject_policy, usage as usage_rules
 from agentruns.domain.backoff import RandomSource
 from agentruns.domain.bands import DEFAULT_BAND_AGING, Band
+from agentruns.domain.budgets import Budget, BudgetState, BudgetView, period_bounds
 from agentruns.domain.errors import (
     AgentRunsError,
     IllegalTransition,
@@ -132,7 +134,8 @@ def _budget_hold(hold: object) -> BudgetHold:
             f"a hold's reason is text of at most {limits.MAX_NAME_LENGTH} characters"
         )
     limits.check_text(hold.reason, "the hold's reason")
-    return hold
+    # A host's hold is its own, never a budget's (which only the budget lifts): ADRs/0033.
+    return replace(hold, by_budget=False) if hold.by_budget else hold
 
 
 class AgentRuns:
@@ -1173,9 +1176,62 @@ class AgentRuns:
             await self._stores.workspaces.set_active(inner, _name(workspace, "workspace"), active)
 
     async def hold_budget(self, hold: BudgetHold) -> None:
-        _budget_hold(hold)
+        checked = _budget_hold(hold)
         async with self.transaction() as inner:
-            await self._stores.workspaces.hold_budget(inner, hold)
+            await self._stores.workspaces.hold_budget(inner, checked)
+
+    async def set_budget(self, budget: Budget) -> BudgetView:
+        """Set the workspace's budget (ADRs/0033): at most ``budget.tokens`` tokens and/or
+        ``budget.cost`` per UTC day or month. The current period's spend is read from the usage
+        ledger; the budget's own hold is lifted (a raised budget frees the workspace) and
+        written again at once if the period's spend already reaches the new limit. A host's own
+        hold is kept. Once the period's spend reaches a limit, the step boundary that crossed it
+        holds the workspace until the period ends: its runs are not offered; a run in flight
+        goes on to its end (the hold stops claims, not holders)."""
+        if not isinstance(budget, Budget):
+            raise InvalidRequest(f"a budget is an agentruns.Budget, not {type(budget).__name__}")
+        async with self.transaction() as inner:
+            now = await self._stores.runs.now(inner)
+            start, end = period_bounds(budget.period, now)
+            spent = await self._stores.events.spend(inner, budget.workspace, start, end, "month")
+            state = BudgetState(
+                budget,
+                start,
+                sum(s.input_tokens + s.output_tokens for s in spent),
+                sum((s.cost for s in spent), Decimal(0)),
+            )
+            await self._stores.workspaces.put_budget(inner, state)
+            held_until = None
+            if state.spent:
+                await self._stores.workspaces.hold_budget(
+                    inner, BudgetHold(budget.workspace, end, state.reason, by_budget=True)
+                )
+                held_until = await self._held_until(inner, budget.workspace)
+            return BudgetView(state, held_until)
+
+    async def remove_budget(self, workspace: str) -> bool:
+        """Remove the workspace's budget and lift its budget's hold (a host's own hold stays);
+        whether it had one."""
+        name = _name(workspace, "workspace")
+        async with self.transaction() as inner:
+            return await self._stores.workspaces.remove_budget(inner, name)
+
+    async def budget(self, workspace: str) -> BudgetView | None:
+        """The workspace's budget, its current period's spend (a period that turned shows
+        nothing spent yet) and until when its budget holds it (``None``: not held)."""
+        name = _name(workspace, "workspace")
+        async with self.transaction() as inner:
+            state = await self._stores.workspaces.budget(inner, name)
+            if state is None:
+                return None
+            now = await self._stores.runs.now(inner)
+            return BudgetView(state.at(now), await self._held_until(inner, name))
+
+    async def _held_until(self, tx: Transaction, workspace: str) -> datetime | None:
+        for hold in await self._stores.workspaces.holds(tx):
+            if hold.workspace == workspace and hold.by_budget:
+                return hold.until
+        return None
 
     async def release_budget(self, workspace: str) -> None:
         _name(workspace, "workspace")

@@ -32,7 +32,7 @@ Per = Literal["hour", "day", "month"]
 PERIODS: tuple[Per, ...] = ("hour", "day", "month")
 
 
-def _tokens(value: object, what: str) -> int | None:
+def check_tokens(value: object, what: str) -> int | None:
     if value is None:
         return None
     if not isinstance(value, int) or isinstance(value, bool):
@@ -42,7 +42,7 @@ def _tokens(value: object, what: str) -> int | None:
     return value
 
 
-def _cost(value: object) -> Decimal | None:
+def check_cost(value: object) -> Decimal | None:
     if value is None:
         return None
     if isinstance(value, bool) or not isinstance(value, (int, float, Decimal)):
@@ -72,9 +72,9 @@ class Usage:
     model: str | None = None
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "input_tokens", _tokens(self.input_tokens, "input_tokens"))
-        object.__setattr__(self, "output_tokens", _tokens(self.output_tokens, "output_tokens"))
-        object.__setattr__(self, "cost", _cost(self.cost))
+        object.__setattr__(self, "input_tokens", check_tokens(self.input_tokens, "input_tokens"))
+        object.__setattr__(self, "output_tokens", check_tokens(self.output_tokens, "output_tokens"))
+        object.__setattr__(self, "cost", check_cost(self.cost))
         if self.provider is not None:
             object.__setattr__(self, "provider", name(self.provider, "provider"))
         if self.model is not None:

@@ -504,10 +504,17 @@ class MemoryRunStore(RunStore):
 class MemoryEventLog(EventLog):
     """Step events per run; an append checks the fence against the runs table first."""
 
-    def __init__(self, database: MemoryDatabase, clock: Clock, runs: MemoryRunStore) -> None:
+    def __init__(
+        self,
+        database: MemoryDatabase,
+        clock: Clock,
+        runs: MemoryRunStore,
+        workspaces: MemoryWorkspaceStore | None = None,
+    ) -> None:
         self._database = database
         self._clock = clock
         self._runs = runs
+        self._workspaces = workspaces
         self._events: MemoryTable[UUID, tuple[RunEvent, ...]] = MemoryTable(database)
         # The usage ledger (ADRs/0033): one record per step that reported usage, by (run, seq);
         # kept past its run's purge, as agent_usage is.
@@ -546,6 +553,8 @@ class MemoryEventLog(EventLog):
             (run.id, event.seq),
             UsageRecord(run.id, event.seq, run.workspace, run.kind, event.created_at, usage),
         )
+        if self._workspaces is not None:
+            self._workspaces.charge(tx, run.workspace, usage, event.created_at)
 
     async def spend(
         self, tx: Transaction, workspace: str, since: datetime, until: datetime, per: Per

@@ -111,6 +111,11 @@ OBJECTS: tuple[Privileges, ...] = (
         "step boundaries record what their steps spent; kept past the runs' purge",
     ),
     _table(
+        "agent_budget",
+        _DML,
+        "budgets are set and removed; step boundaries that report usage charge them",
+    ),
+    _table(
         "agent_holder",
         _DML,
         "each worker and gateway beats its row, marks it stopped, clears rows a day unseen",

@@ -95,6 +95,28 @@ agent_budget_hold = Table(
     Column("workspace", Text, primary_key=True),
     Column("until", TZ, nullable=False),
     Column("reason", Text, nullable=False, server_default=text("''")),
+    # Written by the workspace's budget (agent_budget) when its period's spend reached a limit;
+    # raising or removing the budget lifts only such a hold, never a host's own (ADRs/0033).
+    Column("by_budget", Boolean, nullable=False, server_default=text("false")),
+)
+
+# A workspace's budget (ADRs/0033): its limits, its period (a UTC day or month), the current
+# period's start and what was spent in it, charged by the step boundaries that report usage (a
+# primary key probe, only in the statements that carry usage). ``hold_reason`` is the text its
+# hold says, written by the domain (agentruns.domain.budgets.hold_reason).
+agent_budget = Table(
+    "agent_budget",
+    metadata,
+    Column("workspace", Text, primary_key=True),
+    Column("tokens", BigInteger),
+    Column("cost", Numeric),
+    Column("period", Text, nullable=False),
+    Column("period_start", TZ, nullable=False),
+    Column("spent_tokens", BigInteger, nullable=False, server_default=text("0")),
+    Column("spent_cost", Numeric, nullable=False, server_default=text("0")),
+    Column("hold_reason", Text, nullable=False),
+    CheckConstraint("period IN ('day', 'month')", name="ck_agent_budget_period"),
+    CheckConstraint("tokens IS NOT NULL OR cost IS NOT NULL", name="ck_agent_budget_limit"),
 )
 
 agent_run_seq = Sequence("agent_run_seq", metadata=metadata)

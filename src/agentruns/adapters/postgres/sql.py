@@ -662,6 +662,45 @@ SELECT renewed.*, appended.seq AS event_seq, appended.type AS event_type,
 FROM renewed LEFT JOIN appended ON true
 """)
 
+
+# A workspace's budget charged with a step's usage and its hold written once a limit is reached
+# (ADRs/0033), as CTEs of the step boundary statements that carry usage: ``charged`` gives each
+# workspace's tokens and cost of the statement and when. A workspace without a budget costs a
+# primary key probe that finds nothing. The period rule restates
+# agentruns.domain.budgets.period_bounds (a UTC day or month), held together by the contract
+# suite; a new period starts the spend from this usage. The hold lasts until the period's end
+# and never replaces a host's own hold (by_budget false). The budgets are locked in workspace
+# order first, so two groups charging the same budgets never wait on each other in a cycle.
+_BUDGET_START = "date_trunc(b.period, c.at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
+_CHARGE_BUDGETS = f"""
+locked AS (
+    SELECT b.workspace FROM agent_budget b
+    WHERE b.workspace IN (SELECT workspace FROM charged)
+    ORDER BY b.workspace
+    FOR UPDATE
+),
+budgeted AS (
+    UPDATE agent_budget b SET
+        period_start = {_BUDGET_START},
+        spent_tokens = c.tokens
+            + CASE WHEN b.period_start = {_BUDGET_START} THEN b.spent_tokens ELSE 0 END,
+        spent_cost = c.cost
+            + CASE WHEN b.period_start = {_BUDGET_START} THEN b.spent_cost ELSE 0 END
+    FROM charged c JOIN locked l ON l.workspace = c.workspace
+    WHERE b.workspace = c.workspace
+    RETURNING b.workspace, b.tokens, b.cost, b.spent_tokens, b.spent_cost, b.hold_reason,
+        (b.period_start AT TIME ZONE 'UTC' + CAST('1 ' || b.period AS interval))
+            AT TIME ZONE 'UTC' AS period_end
+),
+held AS (
+    INSERT INTO agent_budget_hold (workspace, until, reason, by_budget)
+    SELECT workspace, period_end, hold_reason, true FROM budgeted
+    WHERE (tokens IS NOT NULL AND spent_tokens >= tokens)
+       OR (cost IS NOT NULL AND spent_cost >= cost)
+    ON CONFLICT (workspace) DO UPDATE SET until = EXCLUDED.until, reason = EXCLUDED.reason
+    WHERE agent_budget_hold.by_budget
+)"""
+
 # A step boundary that reports usage (ADRs/0033): RENEW_AND_APPEND, whose fenced renewal also
 # adds the step's usage to the run's totals, and whose append feeds the usage ledger's row at the
 # event's seq, in the same statement: a refused fence renews, appends and records nothing. A step
@@ -689,7 +728,14 @@ spent AS (
            CAST(:provider AS text), CAST(:model AS text), renewed.renewed_at,
            CAST(:input_tokens AS bigint), CAST(:output_tokens AS bigint), CAST(:cost AS numeric)
     FROM renewed
-)
+),
+charged AS (
+    SELECT renewed.workspace, renewed.renewed_at AS at,
+           COALESCE(CAST(:input_tokens AS bigint), 0)
+               + COALESCE(CAST(:output_tokens AS bigint), 0) AS tokens,
+           COALESCE(CAST(:cost AS numeric), 0) AS cost
+    FROM renewed
+),{_CHARGE_BUDGETS}
 SELECT appended.seq AS event_seq, appended.type AS event_type,
        appended.data AS event_data, appended.created_at AS event_created_at
 FROM renewed JOIN appended ON true
@@ -787,7 +833,15 @@ spent AS (
            w.input_tokens, w.output_tokens, w.cost
     FROM renewed n JOIN w ON w.id = n.id
     WHERE w.spent
-)
+),
+charged AS (
+    SELECT n.workspace, max(n.renewed_at) AS at,
+           sum(COALESCE(w.input_tokens, 0) + COALESCE(w.output_tokens, 0)) AS tokens,
+           sum(COALESCE(w.cost, 0)) AS cost
+    FROM renewed n JOIN w ON w.id = n.id
+    WHERE w.spent
+    GROUP BY n.workspace
+),{_CHARGE_BUDGETS}
 SELECT w.ord, n.id IS NOT NULL AS renewed, n.events AS seq, n.renewed_at AS created_at
 FROM w LEFT JOIN renewed n ON n.id = w.id
 ORDER BY w.ord
@@ -846,11 +900,45 @@ ON CONFLICT (id) DO UPDATE SET active = EXCLUDED.active
 
 HOLD_BUDGET = statement("""
 INSERT INTO agent_budget_hold (workspace, until, reason) VALUES (:workspace, :until, :reason)
-ON CONFLICT (workspace) DO UPDATE SET until = EXCLUDED.until, reason = EXCLUDED.reason
+ON CONFLICT (workspace) DO UPDATE SET until = EXCLUDED.until, reason = EXCLUDED.reason,
+                                      by_budget = false
 """)
+
+# A budget's own hold (ADRs/0033): never replaces a host's hold.
+HOLD_SPENT_BUDGET = statement("""
+INSERT INTO agent_budget_hold (workspace, until, reason, by_budget)
+VALUES (:workspace, :until, :reason, true)
+ON CONFLICT (workspace) DO UPDATE SET until = EXCLUDED.until, reason = EXCLUDED.reason
+WHERE agent_budget_hold.by_budget
+""")
+
+LIFT_BUDGET_HOLD = statement(
+    "DELETE FROM agent_budget_hold WHERE workspace = :workspace AND by_budget"
+)
+
+GET_BUDGET = statement("""
+SELECT workspace, tokens, cost, period, period_start, spent_tokens, spent_cost
+FROM agent_budget WHERE workspace = :workspace
+""")
+
+PUT_BUDGET = statement("""
+INSERT INTO agent_budget (workspace, tokens, cost, period, period_start, spent_tokens,
+                          spent_cost, hold_reason)
+VALUES (:workspace, :tokens, :cost, :period, :period_start, :spent_tokens, :spent_cost,
+        :hold_reason)
+ON CONFLICT (workspace) DO UPDATE SET tokens = EXCLUDED.tokens, cost = EXCLUDED.cost,
+    period = EXCLUDED.period, period_start = EXCLUDED.period_start,
+    spent_tokens = EXCLUDED.spent_tokens, spent_cost = EXCLUDED.spent_cost,
+    hold_reason = EXCLUDED.hold_reason
+""")
+
+REMOVE_BUDGET = statement(
+    "DELETE FROM agent_budget WHERE workspace = :workspace RETURNING workspace"
+)
 
 RELEASE_BUDGET = statement("DELETE FROM agent_budget_hold WHERE workspace = :workspace")
 
 HOLDS = statement(f"""
-SELECT workspace, until, reason FROM agent_budget_hold WHERE until > {NOW} ORDER BY workspace
+SELECT workspace, until, reason, by_budget FROM agent_budget_hold WHERE until > {NOW}
+ORDER BY workspace
 """)
