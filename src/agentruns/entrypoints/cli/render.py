@@ -63,7 +63,13 @@ def status(report: RunStatus, orphan_after: timedelta) -> RenderableType:
             offered = Text("inactive", style="yellow")
         elif workspace in holds:
             hold = holds[workspace]
-            offered = Text(f"budget held until {hold.until:%Y-%m-%d %H:%M:%S}", style="yellow")
+            # A budget's hold says why the workspace's runs wait (ADRs/0033).
+            offered = Text(
+                f"held: {hold.reason} until {hold.until:%Y-%m-%d %H:%M:%S}"
+                if hold.by_budget
+                else f"budget held until {hold.until:%Y-%m-%d %H:%M:%S}",
+                style="yellow",
+            )
         else:
             offered = Text("yes")
         _row(
@@ -141,7 +147,12 @@ def status_fields(report: RunStatus, orphan_after: timedelta) -> dict[str, objec
         ],
         "oldest_due_age_seconds": None if age is None else age.total_seconds(),
         "budget_holds": [
-            {"workspace": hold.workspace, "until": hold.until.isoformat(), "reason": hold.reason}
+            {
+                "workspace": hold.workspace,
+                "until": hold.until.isoformat(),
+                "reason": hold.reason,
+                "by_budget": hold.by_budget,
+            }
             for hold in report.holds
         ],
         "inactive_workspaces": list(report.inactive),
