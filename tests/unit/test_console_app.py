@@ -630,3 +630,21 @@ async def test_the_run_page_workspaces_and_overview_show_what_steps_spent() -> N
     assert 'data-workspace="zed"' in spent
     assert '<td class="num" data-count="cost">0.02</td>' in spent
     assert "680 tokens, cost 0.04" in overview
+
+
+async def test_the_overview_and_workspaces_say_why_a_budgeted_workspace_waits() -> None:
+    kinds = agentruns.RunKinds(
+        [agentruns.RunKind(agentruns.RunKindPolicy(name="spends"), _spending)]
+    )
+    clock = ManualClock(START)
+    async with agentruns.connect(kinds=kinds, family=MemoryFamily(clock), clock=clock) as other:
+        await other.runs.set_budget(agentruns.Budget("acme", tokens=100))
+        await other.runs.enqueue("spends", workspace="acme", subject="a:1")
+        await other.runs.enqueue("spends", workspace="acme", subject="a:2")
+        await other.worker(holder="w3").claim_and_drive(limit=1)
+        async with _http(create_console(other)) as http:
+            workspaces = (await http.get("/workspaces")).text
+            overview = (await http.get("/")).text
+    assert "held: budget spent (100 tokens per day) until" in workspaces
+    held = overview.split('id="held-workspaces"', 1)[1]
+    assert "held: budget spent (100 tokens per day) until" in held

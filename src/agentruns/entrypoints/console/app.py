@@ -334,7 +334,10 @@ class _Console:
         orphaned = found.orphaned(self._services.soon * 3)
         held = await self._services.holders.view() if self._services.holders else None
         spent = await self._spent_today(found.now)
+        async with self._services.scope.transaction() as tx:
+            holds = await self._services.runs.stores.workspaces.holds(tx)
         return {
+            "holds": holds,
             "spent": spent,
             "spent_input": sum(s.input_tokens for s in spent),
             "spent_output": sum(s.output_tokens for s in spent),
