@@ -144,3 +144,17 @@ def test_periods_are_utc_days_and_months() -> None:
         datetime(2026, 12, 1, tzinfo=UTC),
         datetime(2027, 1, 1, tzinfo=UTC),
     )
+
+
+async def test_a_zombie_holder_charges_no_budget(backend: Backend, runs: AgentRuns) -> None:
+    await runs.set_budget(Budget("acme", tokens=10))
+    await runs.enqueue("chat", workspace="acme", subject="stale")
+    [first] = await runs.claim("old")
+    await runs.requeue(first.fence, charged=False, delay=timedelta(0))
+    [_second] = await runs.claim("new")
+    [refused] = await runs.settle_group([StepWrite(first.fence, "s", {}, Usage(input_tokens=99))])
+    assert not isinstance(refused, RunEvent)
+    view = await runs.budget("acme")
+    assert view is not None
+    assert (view.state.spent_tokens, view.held_until) == (0, None)
+    assert await _holds(backend) == []
