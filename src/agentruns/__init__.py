@@ -36,6 +36,10 @@ _HOMES: dict[str, str] = {
     "RunKinds": "agentruns.app.kinds",
     "StepEvent": "agentruns.app.kinds",
     "RunResult": "agentruns.app.kinds",
+    "Usage": "agentruns.domain.usage",
+    "Budget": "agentruns.domain.budgets",
+    "BudgetView": "agentruns.domain.budgets",
+    "Spend": "agentruns.domain.usage",
     "Steps": "agentruns.app.kinds",
     "RecordedSteps": "agentruns.app.recorded",
     "StepContext": "agentruns.app.recorded",
@@ -237,6 +241,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
     from agentruns.domain.bands import (
         Band as Band,
     )
+    from agentruns.domain.budgets import Budget as Budget, BudgetView as BudgetView
     from agentruns.domain.errors import (
         AgentRunsError as AgentRunsError,
         DatabaseTimeout as DatabaseTimeout,
@@ -317,6 +322,7 @@ if TYPE_CHECKING:  # what type checkers see: the same names, eagerly, re-exporte
     from agentruns.domain.ticks import (
         ScheduleState as ScheduleState,
     )
+    from agentruns.domain.usage import Spend as Spend, Usage as Usage
     from agentruns.domain.waits import (
         Delivered as Delivered,
         Signal as Signal,

@@ -84,6 +84,15 @@ def test_runs_show_prints_the_result_a_run_ended_with(postgres_url: str) -> None
     assert '{"verdict": "approve"}' in table
 
 
+def test_runs_show_prints_what_the_run_s_steps_spent(postgres_url: str) -> None:
+    run_id = enqueue(postgres_url, "--payload", '{"steps": 2, "step_ms": 1, "tokens": 400}')
+    ok(invoke(postgres_url, "worker", "--kinds", KINDS, "--drain"))
+    run = shown(postgres_url, run_id)
+    assert run["usage"] == {"input_tokens": 800, "output_tokens": 200, "cost": "0.001"}
+    table = ok(invoke(postgres_url, "runs", "show", str(run_id)))
+    assert "800 input tokens, 200 output tokens, cost 0.001" in table
+
+
 def test_a_failed_run_shows_its_error_and_traceback_and_a_retry_goes_on(postgres_url: str) -> None:
     """A 401 is not retryable: dead-lettered on its first attempt, with its record; `runs retry`
     continues it (one more attempt), and the continuation runs again."""
@@ -377,3 +386,37 @@ def test_enqueue_on_active_merge_joins_the_queued_run_with_a_debounce(postgres_u
     assert "a debounce is a merge's" in plain.output
     listed = json.loads(ok(invoke(postgres_url, "runs", "list", "--json")))
     assert len(listed["runs"]) == 1
+
+
+def test_budget_set_show_remove_and_status_say_why_a_workspace_waits(postgres_url: str) -> None:
+    """ADRs/0033: a budget spent holds its workspace; show and status say why, until when."""
+    workspace = f"budgeted-{uuid4().hex[:8]}"
+    set_out = ok(invoke(postgres_url, "budget", "set", workspace, "--tokens", "100"))
+    assert "0 of 100 tokens" in set_out
+    run_id = enqueue(
+        postgres_url,
+        "--workspace",
+        workspace,
+        "--payload",
+        '{"steps": 1, "step_ms": 1, "tokens": 400}',
+    )
+    ok(invoke(postgres_url, "worker", "--kinds", KINDS, "--drain"))
+    assert shown(postgres_url, run_id)["state"] == "ended"
+    shown_budget = json.loads(ok(invoke(postgres_url, "budget", "show", workspace, "--json")))
+    assert shown_budget["spent_tokens"] == 500
+    assert shown_budget["held_until"] is not None
+    text = ok(invoke(postgres_url, "budget", "show", workspace))
+    assert "held: budget spent (100 tokens per day) until" in text
+    status = ok(invoke(postgres_url, "status"))
+    assert "held: budget spent (100 tokens per day)" in " ".join(status.split())
+    assert "removed" in ok(invoke(postgres_url, "budget", "remove", workspace))
+    refused = invoke(postgres_url, "budget", "show", workspace)
+    assert refused.exit_code == 1
+    assert "has no budget" in refused.output
+    assert "Traceback" not in refused.output
+    bad = invoke(postgres_url, "budget", "set", workspace, "--period", "week", "--tokens", "1")
+    assert bad.exit_code == 1
+    assert "Traceback" not in bad.output
+    neither = invoke(postgres_url, "budget", "set", workspace)
+    assert neither.exit_code == 1
+    assert "neither" in neither.output

@@ -6,6 +6,7 @@ import base64
 import re
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 
 import httpx
 import pytest
@@ -602,3 +603,48 @@ async def test_a_read_only_console_offers_no_signal_form(client: AgentRunsClient
     assert 'id="signal-form"' not in page
     assert refused.status_code == 403
     assert await client.runs.signals(run.id) == []
+
+
+async def _spending(run: agentruns.AgentRun) -> AsyncIterator[StepEvent]:
+    yield StepEvent("asked", {}, usage=agentruns.Usage(input_tokens=300, cost=Decimal("0.02")))
+    yield StepEvent("asked", {}, usage=agentruns.Usage(output_tokens=40, model="m1"))
+
+
+async def test_the_run_page_workspaces_and_overview_show_what_steps_spent() -> None:
+    """ADRs/0033: a run's totals on its page, today's spend per workspace and in all."""
+    kinds = agentruns.RunKinds(
+        [agentruns.RunKind(agentruns.RunKindPolicy(name="spends"), _spending)]
+    )
+    clock = ManualClock(START)
+    async with agentruns.connect(kinds=kinds, family=MemoryFamily(clock), clock=clock) as other:
+        run = await other.runs.enqueue("spends", workspace="acme", subject="a:1")
+        await other.runs.enqueue("spends", workspace="zed", subject="a:1")
+        await other.worker(holder="w3").claim_and_drive(limit=2)
+        async with _http(create_console(other)) as http:
+            page = (await http.get(f"/runs/{run.id}")).text
+            workspaces = (await http.get("/workspaces")).text
+            overview = (await http.get("/")).text
+    assert "300 input tokens, 40 output tokens, cost 0.02" in page
+    spent = workspaces.split('id="spent-today"', 1)[1]
+    assert 'data-workspace="acme"' in spent
+    assert 'data-workspace="zed"' in spent
+    assert '<td class="num" data-count="cost">0.02</td>' in spent
+    assert "680 tokens, cost 0.04" in overview
+
+
+async def test_the_overview_and_workspaces_say_why_a_budgeted_workspace_waits() -> None:
+    kinds = agentruns.RunKinds(
+        [agentruns.RunKind(agentruns.RunKindPolicy(name="spends"), _spending)]
+    )
+    clock = ManualClock(START)
+    async with agentruns.connect(kinds=kinds, family=MemoryFamily(clock), clock=clock) as other:
+        await other.runs.set_budget(agentruns.Budget("acme", tokens=100))
+        await other.runs.enqueue("spends", workspace="acme", subject="a:1")
+        await other.runs.enqueue("spends", workspace="acme", subject="a:2")
+        await other.worker(holder="w3").claim_and_drive(limit=1)
+        async with _http(create_console(other)) as http:
+            workspaces = (await http.get("/workspaces")).text
+            overview = (await http.get("/")).text
+    assert "held: budget spent (100 tokens per day) until" in workspaces
+    held = overview.split('id="held-workspaces"', 1)[1]
+    assert "held: budget spent (100 tokens per day) until" in held

@@ -371,3 +371,26 @@ def test_the_metrics_port_serves_metrics_health_and_nothing_else() -> None:
         assert _get(server.port, "/metrics/extra")[0] == 404
     finally:
         server.close()
+
+
+async def test_prometheus_counts_what_steps_spent_by_workspace_kind_provider_and_model() -> None:
+    """ADRs/0033: tokens and cost counted once each boundary that reported them was written; a
+    run whose steps report nothing adds nothing."""
+    metrics = PrometheusMetrics()
+    test = harness(KIND)
+    test.container.metrics.override(providers.Object(metrics))
+    test.container.runs.reset()
+    test.runs = test.container.runs()
+    test.worker = test.container.worker(holder="test-worker")
+    await test.runs.enqueue(
+        "chat", workspace="acme", subject="a", payload={"steps": 2, "step_ms": 0, "tokens": 40}
+    )
+    await test.runs.enqueue("chat", workspace="quiet", subject="b", payload={"step_ms": 0})
+    await test.drain()
+    registry = metrics.registry
+    labels = {"workspace": "acme", "kind": "chat", "provider": "demo", "model": "demo-1"}
+    assert _value(registry, "agentruns_input_tokens_total", **labels) == 80
+    assert _value(registry, "agentruns_output_tokens_total", **labels) == 20
+    assert _value(registry, "agentruns_cost_total", **labels) == pytest.approx(0.0001)
+    quiet = {**labels, "workspace": "quiet"}
+    assert _value(registry, "agentruns_input_tokens_total", **quiet) == 0

@@ -39,6 +39,7 @@ from agentruns.app.metrics import Metrics
 from agentruns.domain.bands import Band
 from agentruns.domain.run import AgentRun
 from agentruns.domain.termination import RunOutcome, TerminationReason
+from agentruns.domain.usage import Usage
 
 _CLAIM_BUCKETS = (0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5)
 _WAIT_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0, 14400.0)
@@ -47,6 +48,9 @@ _RUN_BUCKETS = (0.01, 0.05, 0.1, 0.5, 1.0, 5.0, 15.0, 60.0, 300.0, 900.0, 3600.0
 
 # No run leased: the claim's latency still counts, under this band label.
 NO_BAND = "none"
+
+# A step's usage named no provider or model: counted under this label.
+NO_NAME = "none"
 
 
 def band_label(band: Band) -> str:
@@ -139,6 +143,28 @@ class PrometheusMetrics(Metrics):
             ["kind", "new"],
             registry=self.registry,
         )
+        # What steps spent (ADRs/0033), by workspace, kind, provider and model ("none" where a
+        # step named none): the one place a workspace is a label, bounded by the workspaces that
+        # report usage to this process.
+        spent = ["workspace", "kind", "provider", "model"]
+        self._input_tokens = Counter(
+            "agentruns_input_tokens",
+            "Input tokens the steps reported with their step boundaries",
+            spent,
+            registry=self.registry,
+        )
+        self._output_tokens = Counter(
+            "agentruns_output_tokens",
+            "Output tokens the steps reported with their step boundaries",
+            spent,
+            registry=self.registry,
+        )
+        self._cost = Counter(
+            "agentruns_cost",
+            "Cost the steps reported with their step boundaries",
+            spent,
+            registry=self.registry,
+        )
         self._depth = Gauge(
             "agentruns_queue_depth", "Queued runs by band", ["band"], registry=self.registry
         )
@@ -208,6 +234,15 @@ class PrometheusMetrics(Metrics):
     def queue_depth(self, depths: Mapping[Band, int]) -> None:
         for band in Band:
             self._depth.labels(band_label(band)).set(depths.get(band, 0))
+
+    def spent(self, workspace: str, kind: str, usage: Usage) -> None:
+        labels = (workspace, kind, usage.provider or NO_NAME, usage.model or NO_NAME)
+        if usage.input_tokens is not None:
+            self._input_tokens.labels(*labels).inc(usage.input_tokens)
+        if usage.output_tokens is not None:
+            self._output_tokens.labels(*labels).inc(usage.output_tokens)
+        if usage.cost is not None:
+            self._cost.labels(*labels).inc(float(usage.cost))
 
 
 HealthCheck = Callable[[], None]

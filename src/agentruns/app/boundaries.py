@@ -28,6 +28,7 @@ from agentruns.app.tracing import RunTrace, Span
 from agentruns.domain.errors import LeaseLost, StepTimedOut, StoreUnavailable
 from agentruns.domain.failure_records import describe_failure
 from agentruns.domain.run import AgentRun
+from agentruns.domain.usage import Usage
 
 
 class StepBoundaries:
@@ -162,10 +163,12 @@ class StepBoundaries:
             raise self.lost
         return began
 
-    def written(self, began: float) -> None:
-        """The step's event was written with the renewal."""
+    def written(self, began: float, usage: Usage | None = None) -> None:
+        """The step's event was written with the renewal (and its ``usage``, if it had any)."""
         self._metrics.renewed(self.run.kind)
         self._metrics.stepped(self.run.kind, time.perf_counter() - began)
+        if usage is not None:
+            self._metrics.spent(self.run.workspace, self.run.kind, usage)
         self._index += 1
 
     async def step(
@@ -211,11 +214,15 @@ class StepBoundaries:
             began = self.worked(span)
             try:
                 if self._settler is not None:
-                    await self._settler.step_boundary(self.run.fence, event.type, event.data)
+                    await self._settler.step_boundary(
+                        self.run.fence, event.type, event.data, event.usage
+                    )
                 else:
-                    await self._runs.step_boundary(self.run.fence, event.type, event.data)
+                    await self._runs.step_boundary(
+                        self.run.fence, event.type, event.data, usage=event.usage
+                    )
             finally:
                 span.end()
-            self.written(began)
+            self.written(began, event.usage)
             if once:
                 return event

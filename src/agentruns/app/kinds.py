@@ -34,14 +34,17 @@ from agentruns.domain.kinds import RunKindPolicy
 from agentruns.domain.payload import JsonObject, JsonValue
 from agentruns.domain.run import AgentRun, RunChange
 from agentruns.domain.schedule import Schedule, Schedules
+from agentruns.domain.usage import Usage
 
 
 @dataclass(frozen=True, slots=True)
 class StepEvent:
-    """What one step did, persisted in the run's event log after the lease was renewed."""
+    """What one step did, persisted in the run's event log after the lease was renewed; with
+    ``usage``, what it spent, recorded in that same fenced write (ADRs/0033)."""
 
     type: str
     data: JsonObject = field(default_factory=dict)
+    usage: Usage | None = None
 
 
 # The type of the one thing a generator yields that is not a step (RunResult).
@@ -60,6 +63,7 @@ class RunResult(StepEvent):
     def __init__(self, result: JsonValue) -> None:
         object.__setattr__(self, "type", RESULT)
         object.__setattr__(self, "data", {})
+        object.__setattr__(self, "usage", None)
         object.__setattr__(self, "result", result)
 
 

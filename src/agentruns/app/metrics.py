@@ -20,6 +20,7 @@ from agentruns.domain.bands import Band
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import RunOutcome, TerminationReason
+from agentruns.domain.usage import Usage
 
 log = logging.getLogger("agentruns.metrics")
 
@@ -70,6 +71,11 @@ class Metrics(Protocol):
         """Queued runs by band, as last seen."""
         ...
 
+    def spent(self, workspace: str, kind: str, usage: Usage) -> None:
+        """A step boundary of a run of ``kind`` in ``workspace`` that reported ``usage`` was
+        written (ADRs/0033)."""
+        ...
+
 
 class NoMetrics(Metrics):
     """Records nothing: the default when no process exposes metrics."""
@@ -105,6 +111,9 @@ class NoMetrics(Metrics):
         return None
 
     def queue_depth(self, depths: Mapping[Band, int]) -> None:
+        return None
+
+    def spent(self, workspace: str, kind: str, usage: Usage) -> None:
         return None
 
 

@@ -21,6 +21,7 @@ from typing import Protocol
 from uuid import UUID
 
 from agentruns.domain.bands import Band
+from agentruns.domain.budgets import BudgetState
 from agentruns.domain.claim_order import SubjectKey
 from agentruns.domain.errors import AgentRunsError
 from agentruns.domain.failure_records import FailureDetail, FailureRecord
@@ -30,6 +31,7 @@ from agentruns.domain.provider_limits import ProviderLimit, TakeAnswer
 from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
+from agentruns.domain.usage import Per, Spend, Usage, WorkspaceSpend
 from agentruns.domain.waits import Delivered, Signal
 
 
@@ -159,11 +161,13 @@ class RunEvent:
 
 @dataclass(frozen=True, slots=True)
 class StepWrite:
-    """One step boundary of a group: renew under ``fence``, then append the event."""
+    """One step boundary of a group: renew under ``fence``, then append the event (and record
+    its ``usage``, if it reported any: ADRs/0033)."""
 
     fence: AgentRunFence
     type: str
     data: JsonObject
+    usage: Usage | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -424,11 +428,32 @@ class EventLog(Protocol):
     ) -> RunEvent: ...
 
     async def renew_and_append(
-        self, tx: Transaction, fence: AgentRunFence, type: str, data: JsonObject
+        self,
+        tx: Transaction,
+        fence: AgentRunFence,
+        type: str,
+        data: JsonObject,
+        usage: Usage | None = None,
     ) -> RunEvent:
         """A step boundary as one operation: renew the lease under ``fence`` (as
         :meth:`RunStore.renew`) and append the event only if the renewal held; on a fence
-        that does not hold, raise as ``renew`` does and append nothing."""
+        that does not hold, raise as ``renew`` does and append nothing. With ``usage`` (not
+        empty), the same operation adds it to the run's totals and records it in the usage
+        ledger at the event's seq (ADRs/0033); a refused fence records none of it."""
+        ...
+
+    async def spend(
+        self, tx: Transaction, workspace: str, since: datetime, until: datetime, per: Per
+    ) -> list[Spend]:
+        """The workspace's usage ledger at ``since <= at < until``, grouped as
+        :func:`agentruns.domain.usage.spend` groups it (purged runs' usage included)."""
+        ...
+
+    async def spend_by_workspace(
+        self, tx: Transaction, since: datetime, until: datetime
+    ) -> list[WorkspaceSpend]:
+        """Every workspace's usage at ``since <= at < until``, summed and ordered as
+        :func:`agentruns.domain.usage.spend_by_workspace` does."""
         ...
 
     async def renew_and_append_many(
@@ -449,11 +474,15 @@ class EventLog(Protocol):
 
 @dataclass(frozen=True, slots=True)
 class BudgetHold:
-    """A workspace's budget is held until ``until``: its runs are not offered until then."""
+    """A workspace's budget is held until ``until``: its runs are not offered until then.
+    ``by_budget``: written by the workspace's :class:`~agentruns.domain.budgets.Budget` when its
+    period's spend reached a limit (ADRs/0033), lifted when the budget is raised or removed; a
+    host's own hold is never one, and a budget never replaces it."""
 
     workspace: str
     until: datetime
     reason: str = ""
+    by_budget: bool = False
 
 
 class WorkspaceStore(Protocol):
@@ -472,6 +501,19 @@ class WorkspaceStore(Protocol):
 
     async def holds(self, tx: Transaction) -> list[BudgetHold]:
         """The holds still in force now."""
+        ...
+
+    async def budget(self, tx: Transaction, workspace: str) -> BudgetState | None:
+        """The workspace's budget as last charged (its period not turned yet), if it has one."""
+        ...
+
+    async def put_budget(self, tx: Transaction, state: BudgetState) -> None:
+        """Set the workspace's budget with its period's start and spend, and lift its budget's
+        hold (a host's own hold stays); the caller writes the hold again if still spent."""
+        ...
+
+    async def remove_budget(self, tx: Transaction, workspace: str) -> bool:
+        """Remove the workspace's budget and its budget's hold; whether it had one."""
         ...
 
 

@@ -19,11 +19,12 @@ from datetime import timedelta
 from typing import ParamSpec, TypeVar, cast
 
 from agentruns.app.kinds import RunResult, StepEvent
-from agentruns.domain import limits
+from agentruns.domain import limits, usage as usage_rules
 from agentruns.domain.errors import InvalidRequest, StepOutOfOrder, WaitTimedOut
 from agentruns.domain.payload import JsonObject, JsonValue
 from agentruns.domain.recorded_steps import RECORDED_STEP, RecordedStep, Replay, step_record
 from agentruns.domain.run import AgentRun
+from agentruns.domain.usage import Usage
 from agentruns.domain.waits import SLEEP_STEP, wait_step
 
 P = ParamSpec("P")
@@ -32,7 +33,7 @@ T = TypeVar("T")
 # Runs one step's work (which returns the step's record) and writes its boundary; the worker's
 # spans the work, renews under the run's fence and appends the record in one write.
 # (the step's label, its work)
-Boundary = Callable[[str, Callable[[], Awaitable[JsonObject]]], Awaitable[JsonObject]]
+Boundary = Callable[[str, Callable[[], Awaitable[StepEvent]]], Awaitable[JsonObject]]
 
 # A holder's wait (ADRs/0025): (the signal's name, None for a sleep; the occurrence of its step;
 # the timeout) -> the wait's record when it resolved, None when the run was given back.
@@ -60,7 +61,16 @@ class StepContext:
     """What a recorded kind's code gets beside its run: :meth:`step`, the one way to make a step
     whose result survives a retry. One context serves one attempt of one run."""
 
-    __slots__ = ("_boundary", "_inputs", "_replay", "_running", "_taker", "_waiter", "run")
+    __slots__ = (
+        "_boundary",
+        "_inputs",
+        "_replay",
+        "_running",
+        "_spent",
+        "_taker",
+        "_waiter",
+        "run",
+    )
 
     def __init__(
         self,
@@ -78,6 +88,7 @@ class StepContext:
         self._waiter = waiter
         self._inputs = inputs
         self._running: str | None = None  # the step being run, if one is
+        self._spent: Usage | None = None  # what the running step reported it spent
 
     async def inputs(self) -> list[JsonObject]:
         """What the run answers (ADRs/0031): its payload, then the payload of each enqueue that
@@ -131,8 +142,10 @@ class StepContext:
         if recorded is not None:
             return cast(T, recorded.result)
 
-        async def work() -> JsonObject:
-            return step_record(name, occurrence, await fn(*args, **kwargs))
+        async def work() -> StepEvent:
+            self._spent = None
+            record = step_record(name, occurrence, await fn(*args, **kwargs))
+            return StepEvent(RECORDED_STEP, record, usage=self._spent)
 
         label = RecordedStep(name, occurrence, None).label
         self._running = label
@@ -140,7 +153,19 @@ class StepContext:
             record = await self._boundary(label, work)
         finally:
             self._running = None
+            self._spent = None
         return cast(T, record["result"])
+
+    def spent(self, usage: Usage) -> None:
+        """Report what the running step spent (ADRs/0033): added up over the step's calls and
+        written with its step boundary, in the same fenced write as its record (nothing if the
+        step fails or the holder lost the run). A step replayed from an earlier attempt does
+        not run, so it reports nothing again. Outside a step: :class:`~agentruns.InvalidRequest`."""
+        if self._running is None:
+            raise InvalidRequest("usage is reported from inside a step (ctx.step), not between")
+        checked = usage_rules.usage(usage)
+        if checked is not None:
+            self._spent = checked if self._spent is None else self._spent + checked
 
     # The wait's own bound is durable (the run's, not this call's): hence a timeout parameter.
     async def wait_for(self, name: str, *, timeout: timedelta) -> object:  # noqa: ASYNC109
@@ -207,11 +232,11 @@ class RecordedSteps:
     async def __call__(self, run: AgentRun) -> AsyncIterator[StepEvent]:
         events: list[StepEvent] = []
 
-        async def boundary(label: str, work: Callable[[], Awaitable[JsonObject]]) -> JsonObject:
-            record = await work()
+        async def boundary(label: str, work: Callable[[], Awaitable[StepEvent]]) -> JsonObject:
+            event = await work()
             # The host gets the events to write itself: a plain copy, checked again when written.
-            events.append(StepEvent(RECORDED_STEP, dict(record)))
-            return record
+            events.append(StepEvent(RECORDED_STEP, dict(event.data), usage=event.usage))
+            return event.data
 
         result = await self.function(run, StepContext(run, Replay(), boundary))
         for event in events:

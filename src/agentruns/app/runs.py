@@ -16,6 +16,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import TypeVar
 from uuid import UUID
 
@@ -36,9 +37,10 @@ from agentruns.app.ports import (
 )
 from agentruns.app.tracing import NoTracing, Tracing
 from agentruns.app.watch import RunUpdate, RunWatcher
-from agentruns.domain import keys, limits, subject_policy
+from agentruns.domain import keys, limits, subject_policy, usage as usage_rules
 from agentruns.domain.backoff import RandomSource
 from agentruns.domain.bands import DEFAULT_BAND_AGING, Band
+from agentruns.domain.budgets import Budget, BudgetState, BudgetView, period_bounds
 from agentruns.domain.errors import (
     AgentRunsError,
     IllegalTransition,
@@ -57,6 +59,7 @@ from agentruns.domain.run import AgentRun, AgentRunFence, continue_after, retry_
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.subject_policy import OnActive
 from agentruns.domain.termination import TerminationReason
+from agentruns.domain.usage import Spend, Usage, WorkspaceSpend
 from agentruns.domain.waits import (
     SLEEP_STEP,
     SLEPT,
@@ -135,7 +138,8 @@ def _budget_hold(hold: object) -> BudgetHold:
             f"a hold's reason is text of at most {limits.MAX_NAME_LENGTH} characters"
         )
     limits.check_text(hold.reason, "the hold's reason")
-    return hold
+    # A host's hold is its own, never a budget's (which only the budget lifts): ADRs/0033.
+    return replace(hold, by_budget=False) if hold.by_budget else hold
 
 
 class AgentRuns:
@@ -589,15 +593,61 @@ class AgentRuns:
             return await self._stores.events.append(inner, fence, _name(type, "type"), checked)
 
     async def step_boundary(
-        self, fence: AgentRunFence, type: str, data: object = None, *, tx: Transaction | None = None
+        self,
+        fence: AgentRunFence,
+        type: str,
+        data: object = None,
+        *,
+        tx: Transaction | None = None,
+        usage: Usage | None = None,
     ) -> RunEvent:
         """Renew the lease and persist the step's event, as one store operation: the event is
-        appended only if the renewal held, so a zombie holder appends nothing."""
+        appended only if the renewal held, so a zombie holder appends nothing. With ``usage``,
+        what the step spent is added to the run's totals and recorded in the usage ledger in
+        that same fenced write (ADRs/0033): a zombie holder records none of it."""
         _fence(fence)
         checked = validate_payload({} if data is None else data)
+        spent = usage_rules.usage(usage)
         async with self.transaction(tx) as inner:
+            if spent is None:
+                return await self._stores.events.renew_and_append(
+                    inner, fence, _name(type, "type"), checked
+                )
             return await self._stores.events.renew_and_append(
-                inner, fence, _name(type, "type"), checked
+                inner, fence, _name(type, "type"), checked, spent
+            )
+
+    async def spend_by_workspace(
+        self, since: datetime, until: datetime, *, tx: Transaction | None = None
+    ) -> list[WorkspaceSpend]:
+        """Every workspace's spend at ``since <= at < until``, most cost first (ADRs/0033)."""
+        start = limits.moment(since, "since")
+        end = limits.moment(until, "until")
+        if end < start:
+            raise InvalidRequest(f"until ({end}) is before since ({start})")
+        async with self.transaction(tx) as inner:
+            return await self._stores.events.spend_by_workspace(inner, start, end)
+
+    async def spend(
+        self,
+        workspace: str,
+        since: datetime,
+        until: datetime,
+        per: str = "day",
+        *,
+        tx: Transaction | None = None,
+    ) -> list[Spend]:
+        """A workspace's spend at ``since <= at < until``: the usage its steps reported, per UTC
+        ``per`` (``"hour"``, ``"day"`` or ``"month"``), kind, provider and model, in that order
+        (ADRs/0033). The usage of purged runs is counted: the ledger outlives them."""
+        checked_per = usage_rules.per(per)
+        start = limits.moment(since, "since")
+        end = limits.moment(until, "until")
+        if end < start:
+            raise InvalidRequest(f"until ({end}) is before since ({start})")
+        async with self.transaction(tx) as inner:
+            return await self._stores.events.spend(
+                inner, _name(workspace, "workspace"), start, end, checked_per
             )
 
     async def settle_group(
@@ -636,7 +686,10 @@ class AgentRuns:
                     renewals.append((index, write.fence))
                     continue
                 checked = StepWrite(
-                    write.fence, _name(write.type, "type"), validate_payload(write.data)
+                    write.fence,
+                    _name(write.type, "type"),
+                    validate_payload(write.data),
+                    usage_rules.usage(write.usage),
                 )
             except InvalidRequest as refused:
                 results[index] = refused
@@ -1189,9 +1242,62 @@ class AgentRuns:
             await self._stores.workspaces.set_active(inner, _name(workspace, "workspace"), active)
 
     async def hold_budget(self, hold: BudgetHold) -> None:
-        _budget_hold(hold)
+        checked = _budget_hold(hold)
         async with self.transaction() as inner:
-            await self._stores.workspaces.hold_budget(inner, hold)
+            await self._stores.workspaces.hold_budget(inner, checked)
+
+    async def set_budget(self, budget: Budget) -> BudgetView:
+        """Set the workspace's budget (ADRs/0033): at most ``budget.tokens`` tokens and/or
+        ``budget.cost`` per UTC day or month. The current period's spend is read from the usage
+        ledger; the budget's own hold is lifted (a raised budget frees the workspace) and
+        written again at once if the period's spend already reaches the new limit. A host's own
+        hold is kept. Once the period's spend reaches a limit, the step boundary that crossed it
+        holds the workspace until the period ends: its runs are not offered; a run in flight
+        goes on to its end (the hold stops claims, not holders)."""
+        if not isinstance(budget, Budget):
+            raise InvalidRequest(f"a budget is an agentruns.Budget, not {type(budget).__name__}")
+        async with self.transaction() as inner:
+            now = await self._stores.runs.now(inner)
+            start, end = period_bounds(budget.period, now)
+            spent = await self._stores.events.spend(inner, budget.workspace, start, end, "month")
+            state = BudgetState(
+                budget,
+                start,
+                sum(s.input_tokens + s.output_tokens for s in spent),
+                sum((s.cost for s in spent), Decimal(0)),
+            )
+            await self._stores.workspaces.put_budget(inner, state)
+            held_until = None
+            if state.spent:
+                await self._stores.workspaces.hold_budget(
+                    inner, BudgetHold(budget.workspace, end, state.reason, by_budget=True)
+                )
+                held_until = await self._held_until(inner, budget.workspace)
+            return BudgetView(state, held_until)
+
+    async def remove_budget(self, workspace: str) -> bool:
+        """Remove the workspace's budget and lift its budget's hold (a host's own hold stays);
+        whether it had one."""
+        name = _name(workspace, "workspace")
+        async with self.transaction() as inner:
+            return await self._stores.workspaces.remove_budget(inner, name)
+
+    async def budget(self, workspace: str) -> BudgetView | None:
+        """The workspace's budget, its current period's spend (a period that turned shows
+        nothing spent yet) and until when its budget holds it (``None``: not held)."""
+        name = _name(workspace, "workspace")
+        async with self.transaction() as inner:
+            state = await self._stores.workspaces.budget(inner, name)
+            if state is None:
+                return None
+            now = await self._stores.runs.now(inner)
+            return BudgetView(state.at(now), await self._held_until(inner, name))
+
+    async def _held_until(self, tx: Transaction, workspace: str) -> datetime | None:
+        for hold in await self._stores.workspaces.holds(tx):
+            if hold.workspace == workspace and hold.by_budget:
+                return hold.until
+        return None
 
     async def release_budget(self, workspace: str) -> None:
         _name(workspace, "workspace")

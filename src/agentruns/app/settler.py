@@ -34,6 +34,7 @@ from agentruns.domain.errors import AgentRunsError, StoreUnavailable
 from agentruns.domain.payload import JsonObject, JsonValue
 from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.termination import TerminationReason
+from agentruns.domain.usage import Usage
 
 _Write = StepWrite | EndWrite | RenewWrite
 _Result = RunEvent | AgentRunsError | None
@@ -69,9 +70,11 @@ class GroupSettler:
         self._writers: set[asyncio.Task[None]] = set()
         self._in_flight: set[object] = set()  # runs whose write is in a group being written
 
-    async def step_boundary(self, fence: AgentRunFence, type: str, data: JsonObject) -> RunEvent:
+    async def step_boundary(
+        self, fence: AgentRunFence, type: str, data: JsonObject, usage: Usage | None = None
+    ) -> RunEvent:
         """As :meth:`AgentRuns.step_boundary`, written with the group."""
-        result = await self._submit(StepWrite(fence, type, data))
+        result = await self._submit(StepWrite(fence, type, data, usage))
         if isinstance(result, RunEvent):
             return result
         raise _unexpected(result)
@@ -193,7 +196,9 @@ class GroupSettler:
     async def _alone(self, write: _Write) -> _Result | Exception:
         try:
             if isinstance(write, StepWrite):
-                return await self._runs.step_boundary(write.fence, write.type, write.data)
+                return await self._runs.step_boundary(
+                    write.fence, write.type, write.data, usage=write.usage
+                )
             if isinstance(write, RenewWrite):
                 await self._runs.renew(write.fence)
                 return None

@@ -253,12 +253,14 @@ class Worker:
                 began = boundary.worked(span)
                 try:
                     if settler is not None:
-                        await settler.step_boundary(fence, event.type, event.data)
+                        await settler.step_boundary(fence, event.type, event.data, event.usage)
                     else:
-                        await self._runs.step_boundary(fence, event.type, event.data)
+                        await self._runs.step_boundary(
+                            fence, event.type, event.data, usage=event.usage
+                        )
                 finally:
                     span.end()
-                boundary.written(began)
+                boundary.written(began, event.usage)
         finally:
             keeper.forget(boundary)
 
@@ -277,11 +279,8 @@ class Worker:
             ]
         replay = Replay(history)
 
-        async def record(label: str, work: Callable[[], Awaitable[JsonObject]]) -> JsonObject:
-            async def event() -> StepEvent:
-                return StepEvent(RECORDED_STEP, await work())
-
-            return (await boundary.step(event, label)).data
+        async def record(label: str, work: Callable[[], Awaitable[StepEvent]]) -> JsonObject:
+            return (await boundary.step(work, label)).data
 
         async def wait(name: str | None, occurrence: int, longest: timedelta) -> JsonObject | None:
             record = await self._runs.wait_point(

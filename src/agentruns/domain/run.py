@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta
+from decimal import Decimal
 from uuid import UUID
 
 from agentruns.domain.bands import Band
@@ -72,6 +73,9 @@ class AgentRun:
     began (a resumed wait keeps it), read alike.
     ``result`` is the JSON value its kind ended it with (``None``: none), written with the end
     (ADRs/0026); read by ``get`` and listings only, so it does not take part in equality.
+    ``input_tokens``, ``output_tokens`` and ``cost`` are the totals of its steps' usage
+    (ADRs/0033; unknown counts as nothing), added by each step boundary that reported usage;
+    read by ``get`` and listings only, so they do not take part in equality.
     """
 
     id: UUID
@@ -102,6 +106,9 @@ class AgentRun:
     waiting_until: datetime | None = field(default=None, compare=False)
     waiting_since: datetime | None = field(default=None, compare=False)
     result: JsonValue = field(default=None, compare=False)
+    input_tokens: int = field(default=0, compare=False)
+    output_tokens: int = field(default=0, compare=False)
+    cost: Decimal = field(default=Decimal(0), compare=False)
 
     @property
     def fence(self) -> AgentRunFence:

@@ -40,7 +40,7 @@ from agentruns.adapters.memory import MemoryFamily
 from agentruns.app.approvals import AgentApprovals
 from agentruns.app.family import AdapterFamily
 from agentruns.app.kinds import RunKind, RunKinds
-from agentruns.app.ports import Stores
+from agentruns.app.ports import BudgetHold, Stores
 from agentruns.app.reaper import AgentRunReaper
 from agentruns.app.runs import MAX_PAGE, AgentRuns
 from agentruns.app.scheduler import AgentScheduler
@@ -112,6 +112,16 @@ class AgentRunsHarness:
         """Every run in the memory store, in queue order (in memory only; on either adapter,
         ``await harness.runs.list_runs(...)`` reads the same runs a page at a time)."""
         return sorted(self.memory.runs.rows.values(), key=lambda run: run.seq)
+
+    async def held(self, workspace: str) -> BudgetHold | None:
+        """The hold in force on ``workspace`` now (its budget's, ``by_budget``, or a host's
+        own), or ``None``: a host test asserts a workspace whose budget was spent waits
+        (ADRs/0033). ``elapse`` past the period's end and the hold is gone."""
+        async with self.runs.stores.scope.transaction() as tx:
+            for hold in await self.runs.stores.workspaces.holds(tx):
+                if hold.workspace == workspace:
+                    return hold
+        return None
 
     async def unended(self) -> list[AgentRun]:
         """Every queued or leased run, newest first."""

@@ -30,7 +30,7 @@ class MemoryFamily(AdapterFamily):
         self.notifier = MemoryNotifier()
         self.workspaces = MemoryWorkspaceStore(self.database, clock)
         self.runs = MemoryRunStore(self.database, clock, self.workspaces, self.notifier)
-        self.events = MemoryEventLog(self.database, clock, self.runs)
+        self.events = MemoryEventLog(self.database, clock, self.runs, self.workspaces)
         self._sandboxes = MemorySandboxStore(self.database, clock, self.runs)
         self._stats = MemoryRunStats(self.database, self.runs, self.workspaces, clock)
         self._schedules = MemoryScheduleStore(self.database, clock)

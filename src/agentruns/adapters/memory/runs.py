@@ -26,7 +26,7 @@ from agentruns.app.ports import (
     TakeBack,
     Transaction,
 )
-from agentruns.domain import run as transitions, subject_policy, waits
+from agentruns.domain import run as transitions, subject_policy, usage as usage_rules, waits
 from agentruns.domain.claim_order import ClaimContext, next_claims
 from agentruns.domain.errors import (
     AgentRunsError,
@@ -39,6 +39,7 @@ from agentruns.domain.payload import JsonObject, JsonValue
 from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
+from agentruns.domain.usage import Per, Spend, Usage, UsageRecord, WorkspaceSpend
 from agentruns.domain.waits import Delivered, Signal
 
 
@@ -504,17 +505,70 @@ class MemoryRunStore(RunStore):
 class MemoryEventLog(EventLog):
     """Step events per run; an append checks the fence against the runs table first."""
 
-    def __init__(self, database: MemoryDatabase, clock: Clock, runs: MemoryRunStore) -> None:
+    def __init__(
+        self,
+        database: MemoryDatabase,
+        clock: Clock,
+        runs: MemoryRunStore,
+        workspaces: MemoryWorkspaceStore | None = None,
+    ) -> None:
         self._database = database
         self._clock = clock
         self._runs = runs
+        self._workspaces = workspaces
         self._events: MemoryTable[UUID, tuple[RunEvent, ...]] = MemoryTable(database)
+        # The usage ledger (ADRs/0033): one record per step that reported usage, by (run, seq);
+        # kept past its run's purge, as agent_usage is.
+        self._usage: MemoryTable[tuple[UUID, int], UsageRecord] = MemoryTable(database)
 
     async def renew_and_append(
-        self, tx: Transaction, fence: AgentRunFence, type: str, data: JsonObject
+        self,
+        tx: Transaction,
+        fence: AgentRunFence,
+        type: str,
+        data: JsonObject,
+        usage: Usage | None = None,
     ) -> RunEvent:
-        await self._runs.renew(tx, fence)
-        return self._append_held(tx, fence, type, data)
+        run = await self._runs.renew(tx, fence)
+        event = self._append_held(tx, fence, type, data)
+        if usage is not None:
+            self._spent(tx, run, event, usage)
+        return event
+
+    def _spent(self, tx: Transaction, run: AgentRun, event: RunEvent, usage: Usage) -> None:
+        """The step's usage added to its run's totals and recorded in the ledger."""
+        stored = self._runs.rows.get(run.id)
+        assert stored is not None  # renewed in this transaction
+        self._runs.rows.put(
+            tx,
+            run.id,
+            replace(
+                stored,
+                input_tokens=stored.input_tokens + (usage.input_tokens or 0),
+                output_tokens=stored.output_tokens + (usage.output_tokens or 0),
+                cost=stored.cost + (usage.cost or 0),
+            ),
+        )
+        self._usage.put(
+            tx,
+            (run.id, event.seq),
+            UsageRecord(run.id, event.seq, run.workspace, run.kind, event.created_at, usage),
+        )
+        if self._workspaces is not None:
+            self._workspaces.charge(tx, run.workspace, usage, event.created_at)
+
+    async def spend(
+        self, tx: Transaction, workspace: str, since: datetime, until: datetime, per: Per
+    ) -> list[Spend]:
+        self._database.check(tx)
+        records = [record for record in self._usage.values() if record.workspace == workspace]
+        return usage_rules.spend(records, since, until, per)
+
+    async def spend_by_workspace(
+        self, tx: Transaction, since: datetime, until: datetime
+    ) -> list[WorkspaceSpend]:
+        self._database.check(tx)
+        return usage_rules.spend_by_workspace(list(self._usage.values()), since, until)
 
     async def renew_and_append_many(
         self, tx: Transaction, steps: Sequence[StepWrite]
@@ -522,7 +576,11 @@ class MemoryEventLog(EventLog):
         results: list[RunEvent | AgentRunsError] = []
         for write in steps:
             try:
-                results.append(await self.renew_and_append(tx, write.fence, write.type, write.data))
+                results.append(
+                    await self.renew_and_append(
+                        tx, write.fence, write.type, write.data, write.usage
+                    )
+                )
             except (LeaseLost, RunNotFound) as refused:  # refused before anything was written
                 results.append(refused)
         return results

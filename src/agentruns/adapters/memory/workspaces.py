@@ -6,6 +6,8 @@ from datetime import datetime
 
 from agentruns.adapters.memory.database import MemoryDatabase, MemoryTable
 from agentruns.app.ports import BudgetHold, Clock, Transaction, WorkspaceStore
+from agentruns.domain.budgets import BudgetState
+from agentruns.domain.usage import Usage
 
 
 class MemoryWorkspaceStore(WorkspaceStore):
@@ -14,6 +16,7 @@ class MemoryWorkspaceStore(WorkspaceStore):
         self._clock = clock
         self._inactive: MemoryTable[str, bool] = MemoryTable(database)
         self._holds: MemoryTable[str, BudgetHold] = MemoryTable(database)
+        self._budgets: MemoryTable[str, BudgetState] = MemoryTable(database)
 
     async def set_active(self, tx: Transaction, workspace: str, active: bool) -> None:
         if active:
@@ -22,7 +25,50 @@ class MemoryWorkspaceStore(WorkspaceStore):
             self._inactive.put(tx, workspace, True)
 
     async def hold_budget(self, tx: Transaction, hold: BudgetHold) -> None:
+        if hold.by_budget:
+            existing = self._holds.get(hold.workspace)
+            if existing is not None and not existing.by_budget:
+                return  # a host's own hold is never replaced by a budget's
         self._holds.put(tx, hold.workspace, hold)
+
+    async def budget(self, tx: Transaction, workspace: str) -> BudgetState | None:
+        self._database.check(tx)
+        return self._budgets.get(workspace)
+
+    async def put_budget(self, tx: Transaction, state: BudgetState) -> None:
+        self._database.check(tx)
+        self._budgets.put(tx, state.budget.workspace, state)
+        self._lift(tx, state.budget.workspace)
+
+    async def remove_budget(self, tx: Transaction, workspace: str) -> bool:
+        self._database.check(tx)
+        had = self._budgets.get(workspace) is not None
+        self._budgets.delete(tx, workspace)
+        self._lift(tx, workspace)
+        return had
+
+    def _lift(self, tx: Transaction, workspace: str) -> None:
+        hold = self._holds.get(workspace)
+        if hold is not None and hold.by_budget:
+            self._holds.delete(tx, workspace)
+
+    def charge(self, tx: Transaction, workspace: str, usage: Usage, at: datetime) -> None:
+        """A step's usage charged to the workspace's budget, if it has one, in the step's own
+        write (ADRs/0033); a budget spent holds the workspace until its period ends."""
+        state = self._budgets.get(workspace)
+        if state is None:
+            return
+        charged = state.charged(usage, at)
+        self._budgets.put(tx, workspace, charged)
+        if charged.spent:
+            self._hold_spent(tx, charged)
+
+    def _hold_spent(self, tx: Transaction, state: BudgetState) -> None:
+        existing = self._holds.get(state.budget.workspace)
+        if existing is not None and not existing.by_budget:
+            return
+        hold = BudgetHold(state.budget.workspace, state.period_end, state.reason, by_budget=True)
+        self._holds.put(tx, state.budget.workspace, hold)
 
     async def release_budget(self, tx: Transaction, workspace: str) -> None:
         self._holds.delete(tx, workspace)

@@ -106,6 +106,16 @@ OBJECTS: tuple[Privileges, ...] = (
     ),
     _table("agent_budget_hold", _DML, "budget holds are set, read and lifted"),
     _table(
+        "agent_usage",
+        ("SELECT", "INSERT"),
+        "step boundaries record what their steps spent; kept past the runs' purge",
+    ),
+    _table(
+        "agent_budget",
+        _DML,
+        "budgets are set and removed; step boundaries that report usage charge them",
+    ),
+    _table(
         "agent_holder",
         _DML,
         "each worker and gateway beats its row, marks it stopped, clears rows a day unseen",

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from collections.abc import Sequence
 from datetime import datetime, timedelta
+from decimal import Decimal
 from typing import Any, NoReturn
 from uuid import UUID
 
@@ -45,6 +46,7 @@ from agentruns.domain.payload import JsonObject, JsonValue
 from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
+from agentruns.domain.usage import Per, Spend, Usage, WorkspaceSpend
 from agentruns.domain.waits import Delivered, Signal
 
 # Candidates a kinds-restricted claim ranks beyond its limit, so claimers racing for the same
@@ -56,6 +58,7 @@ CLAIM_MARGIN = 8
 _BANDS = {band.value: band for band in Band}
 _STATES = {state.value: state for state in AgentRunState}
 _REASONS = {reason.value: reason for reason in TerminationReason}
+_NO_COST = Decimal(0)
 
 
 def run_from_row(row: Row) -> AgentRun:
@@ -93,6 +96,10 @@ def run_from_row(row: Row) -> AgentRun:
         waiting_since=row.get("waiting_since"),
         # Read by get, list and the holder's end only (ADRs/0026).
         result=row.get("result"),
+        # Read by get and list only (ADRs/0033): no statement of the worker loop names them.
+        input_tokens=row.get("input_tokens", 0),
+        output_tokens=row.get("output_tokens", 0),
+        cost=row.get("cost", _NO_COST),
     )
 
 
@@ -155,6 +162,34 @@ def _failure(take_back: TakeBack, field: str) -> str | None:
 
 def _fence_params(fence: AgentRunFence) -> dict[str, Any]:
     return {"run_id": fence.run_id, "workspace": fence.workspace, "epoch": fence.epoch}
+
+
+def _usage_params(usage: Usage) -> dict[str, Any]:
+    return {
+        "input_tokens": usage.input_tokens,
+        "output_tokens": usage.output_tokens,
+        "cost": usage.cost,
+        "provider": usage.provider,
+        "model": usage.model,
+    }
+
+
+def _spent_write(write: StepWrite) -> tuple[object, ...]:
+    """A group's step write with its usage (sql.RENEW_AND_APPEND_MANY_USAGE): its type and data,
+    then, if it reported usage, its tokens, cost (as text: exact) and names."""
+    usage = write.usage
+    if usage is None:
+        return (write.type, write.data)
+    cost = None if usage.cost is None else str(usage.cost)
+    return (
+        write.type,
+        write.data,
+        usage.input_tokens,
+        usage.output_tokens,
+        cost,
+        usage.provider,
+        usage.model,
+    )
 
 
 def _group_writes(rows: Sequence[tuple[AgentRunFence, Sequence[object]]]) -> str:
@@ -571,13 +606,18 @@ class PostgresEventLog(EventLog):
         return await self._append_held(tx, fence, type, data)
 
     async def renew_and_append(
-        self, tx: Tx, fence: AgentRunFence, type: str, data: JsonObject
+        self,
+        tx: Tx,
+        fence: AgentRunFence,
+        type: str,
+        data: JsonObject,
+        usage: Usage | None = None,
     ) -> RunEvent:
-        rows = await fetch(
-            tx,
-            sql.RENEW_AND_APPEND,
-            {"now": self._db.now_param(), "type": type, "data": data, **_fence_params(fence)},
-        )
+        params = {"now": self._db.now_param(), "type": type, "data": data, **_fence_params(fence)}
+        if usage is None:
+            rows = await fetch(tx, sql.RENEW_AND_APPEND, params)
+        else:
+            rows = await fetch(tx, sql.RENEW_AND_APPEND_USAGE, {**params, **_usage_params(usage)})
         if not rows:
             await self._runs.refuse_fenced(tx, fence)
         row = rows[0]
@@ -595,10 +635,13 @@ class PostgresEventLog(EventLog):
     ) -> list[RunEvent | AgentRunsError]:
         if not steps:
             return []
-        writes = _group_writes([(w.fence, (w.type, w.data)) for w in steps])
-        rows = await fetch(
-            tx, sql.RENEW_AND_APPEND_MANY, {"now": self._db.now_param(), "writes": writes}
-        )
+        if all(w.usage is None for w in steps):
+            writes = _group_writes([(w.fence, (w.type, w.data)) for w in steps])
+            statement = sql.RENEW_AND_APPEND_MANY
+        else:
+            writes = _group_writes([(w.fence, _spent_write(w)) for w in steps])
+            statement = sql.RENEW_AND_APPEND_MANY_USAGE
+        rows = await fetch(tx, statement, {"now": self._db.now_param(), "writes": writes})
         results: list[RunEvent | AgentRunsError] = []
         for write, row in zip(steps, rows, strict=True):
             if not row["renewed"]:
@@ -617,6 +660,39 @@ class PostgresEventLog(EventLog):
                 )
             )
         return results
+
+    async def spend(
+        self, tx: Tx, workspace: str, since: datetime, until: datetime, per: Per
+    ) -> list[Spend]:
+        params = {"workspace": workspace, "since": since, "until": until, "per": per}
+        return [
+            Spend(
+                period=row["period"],
+                kind=row["kind"],
+                provider=row["provider"],
+                model=row["model"],
+                steps=row["steps"],
+                input_tokens=int(row["input_tokens"]),
+                output_tokens=int(row["output_tokens"]),
+                cost=row["cost"],
+            )
+            for row in await fetch(tx, sql.SPEND, params)
+        ]
+
+    async def spend_by_workspace(
+        self, tx: Tx, since: datetime, until: datetime
+    ) -> list[WorkspaceSpend]:
+        params = {"since": since, "until": until}
+        return [
+            WorkspaceSpend(
+                workspace=row["workspace"],
+                steps=row["steps"],
+                input_tokens=int(row["input_tokens"]),
+                output_tokens=int(row["output_tokens"]),
+                cost=row["cost"],
+            )
+            for row in await fetch(tx, sql.SPEND_BY_WORKSPACE, params)
+        ]
 
     async def _append_held(
         self, tx: Tx, fence: AgentRunFence, type: str, data: JsonObject

@@ -23,6 +23,7 @@ from sqlalchemy import (
     Integer,
     Interval,
     MetaData,
+    Numeric,
     PrimaryKeyConstraint,
     Sequence,
     SmallInteger,
@@ -117,6 +118,28 @@ agent_budget_hold = Table(
     Column("workspace", Text, primary_key=True),
     Column("until", TZ, nullable=False),
     Column("reason", Text, nullable=False, server_default=text("''")),
+    # Written by the workspace's budget (agent_budget) when its period's spend reached a limit;
+    # raising or removing the budget lifts only such a hold, never a host's own (ADRs/0033).
+    Column("by_budget", Boolean, nullable=False, server_default=text("false")),
+)
+
+# A workspace's budget (ADRs/0033): its limits, its period (a UTC day or month), the current
+# period's start and what was spent in it, charged by the step boundaries that report usage (a
+# primary key probe, only in the statements that carry usage). ``hold_reason`` is the text its
+# hold says, written by the domain (agentruns.domain.budgets.hold_reason).
+agent_budget = Table(
+    "agent_budget",
+    metadata,
+    Column("workspace", Text, primary_key=True),
+    Column("tokens", BigInteger),
+    Column("cost", Numeric),
+    Column("period", Text, nullable=False),
+    Column("period_start", TZ, nullable=False),
+    Column("spent_tokens", BigInteger, nullable=False, server_default=text("0")),
+    Column("spent_cost", Numeric, nullable=False, server_default=text("0")),
+    Column("hold_reason", Text, nullable=False),
+    CheckConstraint("period IN ('day', 'month')", name="ck_agent_budget_period"),
+    CheckConstraint("tokens IS NOT NULL OR cost IS NOT NULL", name="ck_agent_budget_limit"),
 )
 
 agent_run_seq = Sequence("agent_run_seq", metadata=metadata)
@@ -168,6 +191,11 @@ agent_run = Table(
     # A wait or a sleep whose end has not passed (ADRs/0029): out of the claim's index until the
     # first claim after its end, or its signal's wake-up, offers it again. Never on a leased run.
     Column("parked", Boolean, nullable=False, server_default=text("false")),
+    # The totals of its steps' usage (ADRs/0033), added by the step boundaries that report
+    # usage. Not indexed: the boundary's UPDATE stays a HOT update.
+    Column("input_tokens", BigInteger, nullable=False, server_default=text("0")),
+    Column("output_tokens", BigInteger, nullable=False, server_default=text("0")),
+    Column("cost", Numeric, nullable=False, server_default=text("0")),
     CheckConstraint("state IN ('queued', 'leased', 'ended')", name="ck_agent_run_state"),
     CheckConstraint("band BETWEEN 0 AND 2", name="ck_agent_run_band"),
     CheckConstraint("epoch >= 0 AND attempt >= 0", name="ck_agent_run_counts"),
@@ -221,6 +249,25 @@ agent_run_event = Table(
     Column("data", JSONB, nullable=False),
     Column("created_at", TZ, nullable=False),
     UniqueConstraint("run_id", "seq", name="uq_agent_run_event_seq"),
+)
+
+# The usage ledger (ADRs/0033): one row per step that reported usage, written by that step's
+# boundary in the same statement, at the step event's seq. It outlives its run's purge (a
+# workspace's spend is billed after its runs are gone): no foreign key, no delete with the run.
+agent_usage = Table(
+    "agent_usage",
+    metadata,
+    Column("run_id", UUID(as_uuid=True), nullable=False),
+    Column("seq", Integer, nullable=False),
+    Column("workspace", Text, nullable=False),
+    Column("kind", Text, nullable=False),
+    Column("provider", Text),
+    Column("model", Text),
+    Column("at", TZ, nullable=False),
+    Column("input_tokens", BigInteger),
+    Column("output_tokens", BigInteger),
+    Column("cost", Numeric),
+    PrimaryKeyConstraint("run_id", "seq"),
 )
 
 # One row per watcher of a run (ADRs/0030): while a run has one, its commits are announced on

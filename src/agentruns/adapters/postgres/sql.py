@@ -130,7 +130,7 @@ ORDER BY seq
 
 GET_RUN = statement(
     f"SELECT {RUN_COLUMNS}, enqueue_key, waiting_for, waiting_until, waiting_since, result, "
-    f"{NOW} AS now "
+    f"input_tokens, output_tokens, cost, {NOW} AS now "
     "FROM agent_run WHERE id = :run_id"
 )
 
@@ -482,12 +482,13 @@ def _list_runs(filters: frozenset[str], state: str | None, success: bool | None)
     else:
         states = list(LIST_STATES) if state is None else [state]
     branches = [
-        f"SELECT {RUN_COLUMNS}, enqueue_key, waiting_for, waiting_until, waiting_since, result "
-        "FROM agent_run WHERE " + " AND ".join([f"state = '{name}'", *where])
+        f"SELECT {RUN_COLUMNS}, enqueue_key, waiting_for, waiting_until, waiting_since, result, "
+        "input_tokens, output_tokens, cost FROM agent_run WHERE "
+        + " AND ".join([f"state = '{name}'", *where])
         for name in states
     ] or [
-        f"SELECT {RUN_COLUMNS}, enqueue_key, waiting_for, waiting_until, waiting_since, result "
-        "FROM agent_run WHERE false"
+        f"SELECT {RUN_COLUMNS}, enqueue_key, waiting_for, waiting_until, waiting_since, result, "
+        "input_tokens, output_tokens, cost FROM agent_run WHERE false"
     ]
     if len(branches) == 1:
         return statement(f"{branches[0]}\nORDER BY seq DESC LIMIT :limit")
@@ -662,6 +663,85 @@ SELECT renewed.*, appended.seq AS event_seq, appended.type AS event_type,
 FROM renewed LEFT JOIN appended ON true
 """)
 
+
+# A workspace's budget charged with a step's usage and its hold written once a limit is reached
+# (ADRs/0033), as CTEs of the step boundary statements that carry usage: ``charged`` gives each
+# workspace's tokens and cost of the statement and when. A workspace without a budget costs a
+# primary key probe that finds nothing. The period rule restates
+# agentruns.domain.budgets.period_bounds (a UTC day or month), held together by the contract
+# suite; a new period starts the spend from this usage. The hold lasts until the period's end
+# and never replaces a host's own hold (by_budget false). The budgets are locked in workspace
+# order first, so two groups charging the same budgets never wait on each other in a cycle.
+_BUDGET_START = "date_trunc(b.period, c.at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
+_CHARGE_BUDGETS = f"""
+locked AS (
+    SELECT b.workspace FROM agent_budget b
+    WHERE b.workspace IN (SELECT workspace FROM charged)
+    ORDER BY b.workspace
+    FOR UPDATE
+),
+budgeted AS (
+    UPDATE agent_budget b SET
+        period_start = {_BUDGET_START},
+        spent_tokens = c.tokens
+            + CASE WHEN b.period_start = {_BUDGET_START} THEN b.spent_tokens ELSE 0 END,
+        spent_cost = c.cost
+            + CASE WHEN b.period_start = {_BUDGET_START} THEN b.spent_cost ELSE 0 END
+    FROM charged c JOIN locked l ON l.workspace = c.workspace
+    WHERE b.workspace = c.workspace
+    RETURNING b.workspace, b.tokens, b.cost, b.spent_tokens, b.spent_cost, b.hold_reason,
+        (b.period_start AT TIME ZONE 'UTC' + CAST('1 ' || b.period AS interval))
+            AT TIME ZONE 'UTC' AS period_end
+),
+held AS (
+    INSERT INTO agent_budget_hold (workspace, until, reason, by_budget)
+    SELECT workspace, period_end, hold_reason, true FROM budgeted
+    WHERE (tokens IS NOT NULL AND spent_tokens >= tokens)
+       OR (cost IS NOT NULL AND spent_cost >= cost)
+    ON CONFLICT (workspace) DO UPDATE SET until = EXCLUDED.until, reason = EXCLUDED.reason
+    WHERE agent_budget_hold.by_budget
+)"""
+
+# A step boundary that reports usage (ADRs/0033): RENEW_AND_APPEND, whose fenced renewal also
+# adds the step's usage to the run's totals, and whose append feeds the usage ledger's row at the
+# event's seq, in the same statement: a refused fence renews, appends and records nothing. A step
+# without usage runs RENEW_AND_APPEND itself, unchanged.
+RENEW_AND_APPEND_USAGE = statement(f"""
+WITH clock AS (SELECT {NOW} AS now),
+renewed AS (
+    UPDATE agent_run SET leased_until = clock.now + lease, events = events + 1,
+        input_tokens = input_tokens + COALESCE(CAST(:input_tokens AS bigint), 0),
+        output_tokens = output_tokens + COALESCE(CAST(:output_tokens AS bigint), 0),
+        cost = cost + COALESCE(CAST(:cost AS numeric), 0)
+    FROM clock WHERE {_FENCE}
+    RETURNING id, kind, workspace, epoch, events AS event_count, clock.now AS renewed_at
+),
+appended AS (
+    INSERT INTO agent_run_event (run_id, seq, epoch, type, data, created_at)
+    SELECT renewed.id, renewed.event_count, renewed.epoch, :type, :data, renewed.renewed_at
+    FROM renewed
+    RETURNING seq, type, data, created_at
+),
+spent AS (
+    INSERT INTO agent_usage (run_id, seq, workspace, kind, provider, model, at, input_tokens,
+                             output_tokens, cost)
+    SELECT renewed.id, renewed.event_count, renewed.workspace, renewed.kind,
+           CAST(:provider AS text), CAST(:model AS text), renewed.renewed_at,
+           CAST(:input_tokens AS bigint), CAST(:output_tokens AS bigint), CAST(:cost AS numeric)
+    FROM renewed
+),
+charged AS (
+    SELECT renewed.workspace, renewed.renewed_at AS at,
+           COALESCE(CAST(:input_tokens AS bigint), 0)
+               + COALESCE(CAST(:output_tokens AS bigint), 0) AS tokens,
+           COALESCE(CAST(:cost AS numeric), 0) AS cost
+    FROM renewed
+),{_CHARGE_BUDGETS}
+SELECT appended.seq AS event_seq, appended.type AS event_type,
+       appended.data AS event_data, appended.created_at AS event_created_at
+FROM renewed JOIN appended ON true
+""")
+
 # Group commit (ADRs/0011): one row per write, each guarded by its own fence; a row whose fence
 # fails is simply not updated, so it neither blocks nor rolls back the others. The writes name
 # distinct runs; ``ord`` gives each result back to its write. They come as one JSON array of
@@ -720,6 +800,54 @@ FROM w LEFT JOIN renewed n ON n.id = w.id
 ORDER BY w.ord
 """)
 
+# The step boundaries of a group when some write reports usage (ADRs/0033): as
+# RENEW_AND_APPEND_MANY, each write's usage (elements 5 to 9: input and output tokens, cost as
+# text, provider, model; all null for a write without usage) added to its run's totals and, for a
+# write that reported usage, recorded in the ledger at its event's seq, under its own fence. A
+# group without usage runs RENEW_AND_APPEND_MANY itself, unchanged.
+_SPENT_GROUP = _GROUP.format(
+    extra=", e.v ->> 3 AS type, e.v -> 4 AS data, CAST(e.v ->> 5 AS bigint) AS input_tokens, "
+    "CAST(e.v ->> 6 AS bigint) AS output_tokens, CAST(e.v ->> 7 AS numeric) AS cost, "
+    "e.v ->> 8 AS provider, e.v ->> 9 AS model, jsonb_array_length(e.v) > 5 AS spent"
+)
+
+RENEW_AND_APPEND_MANY_USAGE = statement(f"""
+WITH clock AS (SELECT {NOW} AS now),
+w AS ({_SPENT_GROUP}),
+renewed AS (
+    UPDATE agent_run r SET leased_until = clock.now + r.lease, events = r.events + 1,
+        input_tokens = r.input_tokens + COALESCE(w.input_tokens, 0),
+        output_tokens = r.output_tokens + COALESCE(w.output_tokens, 0),
+        cost = r.cost + COALESCE(w.cost, 0)
+    FROM w, clock WHERE {_GROUP_FENCE}
+    RETURNING r.id, r.kind, r.workspace, r.epoch, r.events, clock.now AS renewed_at
+),
+appended AS (
+    INSERT INTO agent_run_event (run_id, seq, epoch, type, data, created_at)
+    SELECT n.id, n.events, n.epoch, w.type, w.data, n.renewed_at
+    FROM renewed n JOIN w ON w.id = n.id
+),
+spent AS (
+    INSERT INTO agent_usage (run_id, seq, workspace, kind, provider, model, at, input_tokens,
+                             output_tokens, cost)
+    SELECT n.id, n.events, n.workspace, n.kind, w.provider, w.model, n.renewed_at,
+           w.input_tokens, w.output_tokens, w.cost
+    FROM renewed n JOIN w ON w.id = n.id
+    WHERE w.spent
+),
+charged AS (
+    SELECT n.workspace, max(n.renewed_at) AS at,
+           sum(COALESCE(w.input_tokens, 0) + COALESCE(w.output_tokens, 0)) AS tokens,
+           sum(COALESCE(w.cost, 0)) AS cost
+    FROM renewed n JOIN w ON w.id = n.id
+    WHERE w.spent
+    GROUP BY n.workspace
+),{_CHARGE_BUDGETS}
+SELECT w.ord, n.id IS NOT NULL AS renewed, n.events AS seq, n.renewed_at AS created_at
+FROM w LEFT JOIN renewed n ON n.id = w.id
+ORDER BY w.ord
+""")
+
 # The heartbeats of a group (ADRs/0023): each lease pushed to now + its length under its own
 # fence, nothing else written (no event, no read back); the ids renewed come back.
 RENEW_MANY = statement(f"""
@@ -739,6 +867,33 @@ SELECT run_id, seq, epoch, type, data, created_at FROM agent_run_event
 WHERE run_id = :run_id AND seq > :after_seq ORDER BY seq LIMIT :limit
 """)
 
+# A workspace's spend (ADRs/0033): its ledger rows in [since, until) through
+# ix_agent_usage_workspace_at, grouped per UTC period (date_trunc in UTC restates
+# agentruns.domain.usage.period_start; the contract suite holds the two together), kind, provider
+# and model, ordered as the memory adapter orders them.
+SPEND = statement("""
+SELECT date_trunc(CAST(:per AS text), at, 'UTC') AS period, kind, provider, model,
+       count(*) AS steps, COALESCE(sum(input_tokens), 0) AS input_tokens,
+       COALESCE(sum(output_tokens), 0) AS output_tokens, COALESCE(sum(cost), 0) AS cost
+FROM agent_usage
+WHERE workspace = :workspace AND at >= :since AND at < :until
+GROUP BY 1, 2, 3, 4
+ORDER BY 1, kind COLLATE "C", provider COLLATE "C" NULLS FIRST, model COLLATE "C" NULLS FIRST
+""")
+
+# Every workspace's spend in [since, until) (the console's, ADRs/0033), through ix_agent_usage_at,
+# ordered as agentruns.domain.usage.spend_by_workspace orders it.
+SPEND_BY_WORKSPACE = statement("""
+SELECT * FROM (
+    SELECT workspace, count(*) AS steps, COALESCE(sum(input_tokens), 0) AS input_tokens,
+           COALESCE(sum(output_tokens), 0) AS output_tokens, COALESCE(sum(cost), 0) AS cost
+    FROM agent_usage
+    WHERE at >= :since AND at < :until
+    GROUP BY workspace
+) s
+ORDER BY cost DESC, input_tokens + output_tokens DESC, workspace COLLATE "C"
+""")
+
 SET_ACTIVE = statement("""
 INSERT INTO agent_workspace (id, active) VALUES (:workspace, :active)
 ON CONFLICT (id) DO UPDATE SET active = EXCLUDED.active
@@ -746,11 +901,45 @@ ON CONFLICT (id) DO UPDATE SET active = EXCLUDED.active
 
 HOLD_BUDGET = statement("""
 INSERT INTO agent_budget_hold (workspace, until, reason) VALUES (:workspace, :until, :reason)
-ON CONFLICT (workspace) DO UPDATE SET until = EXCLUDED.until, reason = EXCLUDED.reason
+ON CONFLICT (workspace) DO UPDATE SET until = EXCLUDED.until, reason = EXCLUDED.reason,
+                                      by_budget = false
 """)
+
+# A budget's own hold (ADRs/0033): never replaces a host's hold.
+HOLD_SPENT_BUDGET = statement("""
+INSERT INTO agent_budget_hold (workspace, until, reason, by_budget)
+VALUES (:workspace, :until, :reason, true)
+ON CONFLICT (workspace) DO UPDATE SET until = EXCLUDED.until, reason = EXCLUDED.reason
+WHERE agent_budget_hold.by_budget
+""")
+
+LIFT_BUDGET_HOLD = statement(
+    "DELETE FROM agent_budget_hold WHERE workspace = :workspace AND by_budget"
+)
+
+GET_BUDGET = statement("""
+SELECT workspace, tokens, cost, period, period_start, spent_tokens, spent_cost
+FROM agent_budget WHERE workspace = :workspace
+""")
+
+PUT_BUDGET = statement("""
+INSERT INTO agent_budget (workspace, tokens, cost, period, period_start, spent_tokens,
+                          spent_cost, hold_reason)
+VALUES (:workspace, :tokens, :cost, :period, :period_start, :spent_tokens, :spent_cost,
+        :hold_reason)
+ON CONFLICT (workspace) DO UPDATE SET tokens = EXCLUDED.tokens, cost = EXCLUDED.cost,
+    period = EXCLUDED.period, period_start = EXCLUDED.period_start,
+    spent_tokens = EXCLUDED.spent_tokens, spent_cost = EXCLUDED.spent_cost,
+    hold_reason = EXCLUDED.hold_reason
+""")
+
+REMOVE_BUDGET = statement(
+    "DELETE FROM agent_budget WHERE workspace = :workspace RETURNING workspace"
+)
 
 RELEASE_BUDGET = statement("DELETE FROM agent_budget_hold WHERE workspace = :workspace")
 
 HOLDS = statement(f"""
-SELECT workspace, until, reason FROM agent_budget_hold WHERE until > {NOW} ORDER BY workspace
+SELECT workspace, until, reason, by_budget FROM agent_budget_hold WHERE until > {NOW}
+ORDER BY workspace
 """)

@@ -202,7 +202,7 @@ class PostgresRunStats(RunStats):
         )
         facts = (await fetch(tx, STATUS_FACTS, self._params()))[0]
         holds = tuple(
-            BudgetHold(row["workspace"], row["until"], row["reason"])
+            BudgetHold(row["workspace"], row["until"], row["reason"], row["by_budget"])
             for row in await fetch(tx, HOLDS, self._params())
         )
         inactive = tuple(row["id"] for row in await fetch(tx, STATUS_INACTIVE, {}))
@@ -367,7 +367,9 @@ class PostgresRunStats(RunStats):
             row["workspace"]: int(row["runs"]) for row in await fetch(tx, WORKSPACE_LEASED, {})
         }
         holds = {
-            row["workspace"]: BudgetHold(row["workspace"], row["until"], row["reason"])
+            row["workspace"]: BudgetHold(
+                row["workspace"], row["until"], row["reason"], row["by_budget"]
+            )
             for row in await fetch(tx, HOLDS, self._params())
         }
         inactive = {row["id"] for row in await fetch(tx, STATUS_INACTIVE, {})}

@@ -2,10 +2,28 @@
 
 from __future__ import annotations
 
-from agentruns.entrypoints.cli import console, demo, gateway, inspection, operate, schedules
+from agentruns.entrypoints.cli import (
+    budgets,
+    console,
+    demo,
+    gateway,
+    inspection,
+    operate,
+    schedules,
+)
 from agentruns.entrypoints.cli.root import app
 
-__all__ = ["app", "console", "demo", "gateway", "inspection", "main", "operate", "schedules"]
+__all__ = [
+    "app",
+    "budgets",
+    "console",
+    "demo",
+    "gateway",
+    "inspection",
+    "main",
+    "operate",
+    "schedules",
+]
 
 
 def main() -> None:

@@ -17,6 +17,7 @@ from agentruns.domain.failure_records import FailureRecord
 from agentruns.domain.redaction import redact_json
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
+from agentruns.domain.usage import cost_text
 from agentruns.domain.waits import is_waiting
 
 
@@ -62,7 +63,13 @@ def status(report: RunStatus, orphan_after: timedelta) -> RenderableType:
             offered = Text("inactive", style="yellow")
         elif workspace in holds:
             hold = holds[workspace]
-            offered = Text(f"budget held until {hold.until:%Y-%m-%d %H:%M:%S}", style="yellow")
+            # A budget's hold says why the workspace's runs wait (ADRs/0033).
+            offered = Text(
+                f"held: {hold.reason} until {hold.until:%Y-%m-%d %H:%M:%S}"
+                if hold.by_budget
+                else f"budget held until {hold.until:%Y-%m-%d %H:%M:%S}",
+                style="yellow",
+            )
         else:
             offered = Text("yes")
         _row(
@@ -140,7 +147,12 @@ def status_fields(report: RunStatus, orphan_after: timedelta) -> dict[str, objec
         ],
         "oldest_due_age_seconds": None if age is None else age.total_seconds(),
         "budget_holds": [
-            {"workspace": hold.workspace, "until": hold.until.isoformat(), "reason": hold.reason}
+            {
+                "workspace": hold.workspace,
+                "until": hold.until.isoformat(),
+                "reason": hold.reason,
+                "by_budget": hold.by_budget,
+            }
             for hold in report.holds
         ],
         "inactive_workspaces": list(report.inactive),
@@ -171,6 +183,7 @@ def run(shown: AgentRun, events: list[RunEvent], failures: list[FailureRecord]) 
         ("waiting", _waiting(shown)),
         ("last failure", _last_failure(shown)),
         ("result", "-" if shown.result is None else json.dumps(redact_json(shown.result))),
+        ("usage", usage_text(shown)),
         ("payload", json.dumps(redact_json(shown.payload))),
     ):
         _row(fields, name, value)
@@ -279,6 +292,16 @@ def _time(value: datetime | None) -> str | None:
     return None if value is None else value.isoformat()
 
 
+def usage_text(shown: AgentRun) -> str:
+    """A run's usage totals in a line (ADRs/0033): ``-`` when its steps reported none."""
+    if not (shown.input_tokens or shown.output_tokens or shown.cost):
+        return "-"
+    return (
+        f"{shown.input_tokens} input tokens, {shown.output_tokens} output tokens, "
+        f"cost {cost_text(shown.cost)}"
+    )
+
+
 def run_summary(shown: AgentRun) -> dict[str, object]:
     """A run's own fields as plain JSON values (its last failure included)."""
     failure = shown.last_failure
@@ -308,6 +331,11 @@ def run_summary(shown: AgentRun) -> dict[str, object]:
             "until": _time(shown.waiting_until),
         },
         "result": None if shown.result is None else redact_json(shown.result),
+        "usage": {
+            "input_tokens": shown.input_tokens,
+            "output_tokens": shown.output_tokens,
+            "cost": cost_text(shown.cost),
+        },
         "last_failure": None
         if failure is None
         else {

@@ -29,6 +29,7 @@ import math
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from decimal import Decimal
 from html import escape
 from typing import Any
 from urllib.parse import parse_qsl, urlencode
@@ -65,6 +66,7 @@ from agentruns.domain.errors import (
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
+from agentruns.domain.usage import WorkspaceSpend, cost_text, period_start
 from agentruns.domain.waits import is_waiting
 from agentruns.entrypoints.console import views
 from agentruns.entrypoints.console.access import (
@@ -154,6 +156,7 @@ _ENVIRONMENT.filters.update(
     tick_moment=views.tick_moment,
     band=lambda band: Band(band).name.lower(),
     pct=lambda value: f"{value:.0%}",
+    cost=cost_text,
 )
 
 
@@ -321,11 +324,24 @@ class _Console:
     async def overview_live(self, request: Request) -> Response:
         return self._render(request, "overview_live.html", await self._overview_context())
 
+    async def _spent_today(self, now: datetime) -> list[WorkspaceSpend]:
+        """Every workspace's spend of the UTC day ``now`` falls in (ADRs/0033)."""
+        day = period_start(now, "day")
+        return await self._services.runs.spend_by_workspace(day, day + timedelta(days=1))
+
     async def _overview_context(self) -> dict[str, Any]:
         found = await self._overview()
         orphaned = found.orphaned(self._services.soon * 3)
         held = await self._services.holders.view() if self._services.holders else None
+        spent = await self._spent_today(found.now)
+        async with self._services.scope.transaction() as tx:
+            holds = await self._services.runs.stores.workspaces.holds(tx)
         return {
+            "holds": holds,
+            "spent": spent,
+            "spent_input": sum(s.input_tokens for s in spent),
+            "spent_output": sum(s.output_tokens for s in spent),
+            "spent_cost": sum((s.cost for s in spent), Decimal(0)),
             "held": held,
             "page": "overview",
             "o": found,
@@ -345,6 +361,7 @@ class _Console:
         async with self._services.scope.transaction() as tx:
             loads = await self._services.stats.workspace_loads(tx)
         found = views.shares(loads)
+        spent = await self._spent_today(loads.now)
         ordered = views.sorted_loads(loads, sort, descending, found)
         return self._render(
             request,
@@ -358,6 +375,7 @@ class _Console:
                 "sort": sort,
                 "desc": descending,
                 "sorts": list(views.SORTS),
+                "spent": spent[:WORKSPACES_SHOWN],
             },
         )
 

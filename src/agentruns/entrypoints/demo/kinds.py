@@ -11,6 +11,9 @@ A payload says how many steps a run takes and how long each lasts, and which fau
     a fallback chain whose every provider fails, every time, until the budget is spent.
 ``{"result": {"verdict": "approve"}}``
     the run ends with that JSON value as its result (ADRs/0026).
+``{"tokens": 120}``
+    each step reports what it spent (ADRs/0033): that many input tokens, a quarter as many
+    output tokens, a cost of a micro-unit per token, from provider ``demo``, model ``demo-1``.
 ``{"stall_ms": 2500}``
     the first attempt stalls mid-run for longer than the lease: the reaper takes the run back
     while its holder still runs, and the holder's next renewal is refused (a lost lease).
@@ -24,6 +27,7 @@ from __future__ import annotations
 import asyncio
 from collections.abc import AsyncIterator
 from datetime import timedelta
+from decimal import Decimal
 
 from agentruns.app.kinds import RunKind, RunKinds, RunResult, StepEvent
 from agentruns.domain.backoff import Backoff
@@ -31,6 +35,7 @@ from agentruns.domain.failures import FallbackChainExhausted, ProviderError
 from agentruns.domain.kinds import RunKindPolicy
 from agentruns.domain.payload import JsonObject
 from agentruns.domain.run import AgentRun
+from agentruns.domain.usage import Usage
 
 LEASE = timedelta(seconds=2)
 BACKOFF = Backoff(base=timedelta(milliseconds=200), cap=timedelta(seconds=1), jitter=0.2)
@@ -57,9 +62,22 @@ async def scripted_steps(run: AgentRun) -> AsyncIterator[StepEvent]:
             await asyncio.sleep(stall_seconds)
         if index == steps - 1:
             _maybe_fail(run)
-        yield StepEvent("step", {"index": index, "of": steps})
+        yield StepEvent("step", {"index": index, "of": steps}, usage=_usage(payload))
     if "result" in payload:
         yield RunResult(payload["result"])
+
+
+def _usage(payload: JsonObject) -> Usage | None:
+    tokens = _int(payload, "tokens", 0)
+    if tokens <= 0:
+        return None
+    return Usage(
+        input_tokens=tokens,
+        output_tokens=tokens // 4,
+        cost=Decimal(tokens + tokens // 4) / 1_000_000,
+        provider="demo",
+        model="demo-1",
+    )
 
 
 def _maybe_fail(run: AgentRun) -> None:
