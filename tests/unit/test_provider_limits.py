@@ -7,6 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from hypothesis import given, settings, strategies as st
 
+from agentruns.domain import provider_limits as rule
 from agentruns.domain.errors import InvalidRequest
 from agentruns.domain.provider_limits import (
     ProviderLimit,
@@ -159,3 +160,12 @@ def test_limits_are_parsed_as_settings_write_them() -> None:
 def test_nonsense_limit_settings_are_refused(text: str) -> None:
     with pytest.raises(InvalidRequest):
         parse_limits(text)
+
+
+def test_a_claim_has_room_for_the_kinds_whose_every_limit_has_room() -> None:
+    limited = {"chat": ("openai/gpt-5",), "review": ("openai/gpt-5", "anthropic/claude")}
+    kinds = ["chat", "review", "digest"]
+    assert rule.drawn_from(limited) == ["anthropic/claude", "openai/gpt-5"]
+    assert rule.with_room(kinds, limited, {}) == kinds
+    assert rule.with_room(kinds, limited, {"anthropic/claude"}) == ["chat", "digest"]
+    assert rule.with_room(kinds, limited, {"openai/gpt-5"}) == ["digest"]

@@ -13,7 +13,7 @@ Time: stores decide on their own clock (the database clock for PostgreSQL, unles
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from contextlib import AbstractAsyncContextManager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -250,6 +250,15 @@ class RunStore(Protocol):
     async def claim(self, tx: Transaction, request: ClaimRequest) -> list[AgentRun]:
         """Lease up to ``request.limit`` runs in the domain's claim order, each under its next
         epoch, skipping rows other transactions hold locked."""
+        ...
+
+    async def claim_with_room(
+        self, tx: Transaction, request: ClaimRequest, limited: Mapping[str, tuple[str, ...]]
+    ) -> tuple[list[AgentRun], dict[str, timedelta]]:
+        """As :meth:`claim` (``request.kinds`` given), leasing no run of a kind whose provider
+        limits (``limited``: kind -> limit names) could not grant one request and one token now
+        (:func:`~agentruns.domain.provider_limits.with_room`), in one read with the claim where
+        the store can (ADRs/0032); and those empty limits, with how long until each could."""
         ...
 
     async def require_current(self, tx: Transaction, fence: AgentRunFence) -> AgentRun:

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import time
 import uuid
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Sequence
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Mapping, Sequence
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
@@ -53,7 +53,7 @@ from agentruns.domain.errors import (
 )
 from agentruns.domain.failure_records import FailureRecord
 from agentruns.domain.payload import JsonObject, validate_payload, validate_result
-from agentruns.domain.provider_limits import ProviderLimit, check_take
+from agentruns.domain.provider_limits import ProviderLimit, check_take, drawn_from, with_room
 from agentruns.domain.recorded_steps import RECORDED_STEP, step_record
 from agentruns.domain.run import AgentRun, AgentRunFence, continue_after, retry_after_end
 from agentruns.domain.states import AgentRunState
@@ -510,6 +510,36 @@ class AgentRuns:
             band_aging=self._band_aging,
         )
         return await self._claim(request, None)
+
+    async def claim_with_room(
+        self,
+        holder: str,
+        *,
+        limit: int,
+        kinds: Sequence[str],
+        limited: Mapping[str, tuple[str, ...]],
+    ) -> tuple[list[AgentRun], dict[str, timedelta]]:
+        """As :meth:`claim` of ``kinds``, leasing no run of a kind whose provider limits
+        (``limited``: kind -> the limit names it draws from) could not grant one request and one
+        token now, so an empty or paused limit spends no attempt (ADRs/0032); with those empty
+        limits and how long until each could grant (a worker idles no longer)."""
+        if not isinstance(limit, int) or isinstance(limit, bool):
+            raise InvalidRequest(f"a claim's limit is an integer, not {limits.shown(limit)}")
+        request = ClaimRequest(
+            holder=_name(holder, "holder"),
+            limit=limit,
+            kinds=self._known(kinds),
+            band_aging=self._band_aging,
+        )
+        if request.limit < 1 or not request.kinds:
+            return [], {}
+        if self._kinds.plain:
+            # The limits' read and the claim in one statement (the claim is the whole use case).
+            async with self._stores.scope.statement() as alone:
+                return await self._stores.runs.claim_with_room(alone, request, limited)
+        empty = await self.empty_limits(drawn_from(limited))
+        room = with_room(request.kinds, limited, empty)
+        return await self._claim(replace(request, kinds=room), None), empty
 
     async def claim_subject(
         self,

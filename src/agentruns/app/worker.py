@@ -528,20 +528,17 @@ class Worker:
 
     async def _claim_now(self, limit: int) -> list[AgentRun]:
         kinds = self._claim_kinds()
-        self._limit_wait = None
         limited = self._limited(kinds)
-        if limited:
-            # A run of a kind whose provider limit is empty or paused is not claimed (no
-            # attempt spent, as under a budget hold): the claim names only the kinds with room.
-            empty = await self._runs.empty_limits(
-                sorted({n for ns in limited.values() for n in ns})
-            )
-            if empty:
-                kinds = [k for k in kinds if not any(n in empty for n in limited.get(k, ()))]
-                self._limit_wait = min(wait.total_seconds() for wait in empty.values())
-                if not kinds:
-                    return []
-        return await self._runs.claim(self.holder, limit=limit, kinds=kinds)
+        if not limited:
+            self._limit_wait = None
+            return await self._runs.claim(self.holder, limit=limit, kinds=kinds)
+        # A run of a kind whose provider limit is empty or paused is not claimed (no attempt
+        # spent, as under a budget hold): the limits are read in the claim's own statement.
+        claimed, empty = await self._runs.claim_with_room(
+            self.holder, limit=limit, kinds=kinds, limited=limited
+        )
+        self._limit_wait = min(wait.total_seconds() for wait in empty.values()) if empty else None
+        return claimed
 
     async def _claim(self, limit: int) -> tuple[list[AgentRun], float]:
         started = time.perf_counter()

@@ -16,6 +16,7 @@ together, as it does the claim order.
 from __future__ import annotations
 
 import math
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -201,6 +202,20 @@ def empty_for(limit: ProviderLimit, level: LimitLevel, now: datetime) -> timedel
         now,
     )
     return None if answer.granted else answer.wait
+
+
+def drawn_from(limited: Mapping[str, Sequence[str]]) -> list[str]:
+    """Every limit name some kind of ``limited`` (kind -> limit names) draws from, sorted."""
+    return sorted({name for names in limited.values() for name in names})
+
+
+def with_room(
+    kinds: Sequence[str], limited: Mapping[str, Sequence[str]], empty: Collection[str]
+) -> list[str]:
+    """Of ``kinds``, those a claim may lease now: every limit a kind draws from (``limited``:
+    kind -> limit names) has room, that is, is not among ``empty``. A kind that draws from none
+    always has room."""
+    return [kind for kind in kinds if not any(name in empty for name in limited.get(kind, ()))]
 
 
 def paused(level: LimitLevel, until: datetime) -> LimitLevel:

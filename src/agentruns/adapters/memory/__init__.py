@@ -36,6 +36,7 @@ class MemoryFamily(AdapterFamily):
         self._schedules = MemoryScheduleStore(self.database, clock)
         self._holders = MemoryHolderStore(self.database, clock)
         self.limits = MemoryLimitStore(self.database, clock)
+        self.runs.limits = self.limits
         self._stores = Stores(
             scope=self.database,
             runs=self.runs,

@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import itertools
 from collections import Counter
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import replace
 from datetime import datetime, timedelta
 from uuid import UUID
 
 from agentruns.adapters.memory.database import MemoryDatabase, MemoryTable
+from agentruns.adapters.memory.limits import MemoryLimitStore
 from agentruns.adapters.memory.notifier import MemoryNotifier
 from agentruns.adapters.memory.workspaces import MemoryWorkspaceStore
 from agentruns.app.ports import (
@@ -36,6 +37,7 @@ from agentruns.domain.errors import (
 )
 from agentruns.domain.failure_records import FailureRecord
 from agentruns.domain.payload import JsonObject, JsonValue
+from agentruns.domain.provider_limits import drawn_from, with_room
 from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
@@ -55,6 +57,8 @@ class MemoryRunStore(RunStore):
         self._clock = clock
         self._workspaces = workspaces
         self._notifier = notifier
+        # The family's limit store (set once both exist): a claim with room asks it.
+        self.limits: MemoryLimitStore | None = None
         self.rows: MemoryTable[UUID, AgentRun] = MemoryTable(database)
         # Like a PostgreSQL sequence, queue order is not given back on rollback.
         self._seq = itertools.count(1)
@@ -195,6 +199,17 @@ class MemoryRunStore(RunStore):
             change = transitions.claim(run, holder=request.holder, now=now)
             claimed.append(self._write(tx, run.apply(change)))
         return claimed
+
+    async def claim_with_room(
+        self, tx: Transaction, request: ClaimRequest, limited: Mapping[str, tuple[str, ...]]
+    ) -> tuple[list[AgentRun], dict[str, timedelta]]:
+        assert request.kinds is not None, "a claim with room names its kinds"
+        assert self.limits is not None, "the family gives the run store its limits"
+        empty = await self.limits.empty(tx, drawn_from(limited))
+        kinds = with_room(request.kinds, limited, empty)
+        if not kinds:
+            return [], empty
+        return await self.claim(tx, replace(request, kinds=kinds)), empty
 
     async def require_current(self, tx: Transaction, fence: AgentRunFence) -> AgentRun:
         self._database.check(tx)

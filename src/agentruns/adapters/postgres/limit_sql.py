@@ -120,4 +120,33 @@ WITH clock AS (SELECT {NOW} AS now),
 SELECT name, wait FROM verdict WHERE wait > 0 ORDER BY name
 """)
 
+# A worker's claim of kinds that draw from provider limits, in one statement with the read of
+# those limits (ADRs/0032): :names are every limit the kinds draw from, and the limits that could
+# not grant one request and one token now come back on every row with their waits (the one row
+# of NULLs too, when nothing was claimed). While none is empty and the database has seen no kind
+# outside :kinds, the lane claim serves, as in CLAIM_IF_KNOWN; an empty limit leaves some kind
+# out, so the lane claim takes nothing (limit 0: the function returns at once) and the store
+# claims the kinds with room by CLAIM_KINDS.
+CLAIM_IF_ROOM = statement(f"""
+WITH clock AS (SELECT {NOW} AS now),
+{
+    _LEVELS.format(
+        source="(SELECT * FROM agent_limit WHERE name = ANY(:names)) l", requests="1", tokens="1"
+    )
+},
+empty AS MATERIALIZED (SELECT name, wait FROM verdict WHERE wait > 0),
+f AS MATERIALIZED (
+    SELECT ARRAY(SELECT name FROM empty ORDER BY name) AS empty_names,
+           ARRAY(SELECT wait FROM empty ORDER BY name) AS empty_waits,
+           EXISTS (SELECT 1 FROM empty) OR EXISTS (
+               SELECT 1 FROM agent_kind k WHERE k.name <> ALL (CAST(:kinds AS text[]))
+           ) AS foreign_kinds
+)
+SELECT f.empty_names, f.empty_waits, f.foreign_kinds, c.*
+FROM f LEFT JOIN LATERAL agent_claim(
+    CAST(:now AS timestamptz), CAST(:aging AS interval), :holder,
+    CASE WHEN f.foreign_kinds THEN 0 ELSE CAST(:limit AS integer) END
+) c ON true
+""")
+
 ALL = statement(f"SELECT {LIMIT_COLUMNS} FROM agent_limit ORDER BY name")

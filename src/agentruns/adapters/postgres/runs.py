@@ -8,7 +8,7 @@ same conflict: RunNotFound, StaleEpoch, LeaseExpired, RetryBudgetExhausted or Il
 from __future__ import annotations
 
 import json
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from datetime import datetime, timedelta
 from decimal import Decimal
 from typing import Any, NoReturn
@@ -16,7 +16,7 @@ from uuid import UUID
 
 from sqlalchemy import TextClause
 
-from agentruns.adapters.postgres import sql
+from agentruns.adapters.postgres import limit_sql, sql
 from agentruns.adapters.postgres.database import PostgresDatabase, Row, fetch
 from agentruns.app.ports import (
     ClaimRequest,
@@ -43,6 +43,7 @@ from agentruns.domain.errors import (
 from agentruns.domain.failure_records import FailureRecord, LastFailure
 from agentruns.domain.failures import FailureClass
 from agentruns.domain.payload import JsonObject, JsonValue
+from agentruns.domain.provider_limits import drawn_from, with_room
 from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
@@ -332,6 +333,34 @@ class PostgresRunStore(RunStore):
         else:
             rows = await fetch(tx, sql.CLAIM, {**params, "limit": request.limit})
         return [run_from_row(row) for row in sorted(rows, key=_claim_key)]
+
+    async def claim_with_room(
+        self, tx: Tx, request: ClaimRequest, limited: Mapping[str, tuple[str, ...]]
+    ) -> tuple[list[AgentRun], dict[str, timedelta]]:
+        assert request.kinds is not None, "a claim with room names its kinds"
+        if request.limit <= 0:
+            return [], {}
+        params = {
+            **self._params(holder=request.holder, aging=request.band_aging),
+            "kinds": list(request.kinds),
+            "limit": request.limit,
+        }
+        rows = await fetch(tx, limit_sql.CLAIM_IF_ROOM, {**params, "names": drawn_from(limited)})
+        first = rows[0]
+        empty = {
+            name: timedelta(seconds=float(wait))
+            for name, wait in zip(first["empty_names"], first["empty_waits"], strict=True)
+        }
+        if first["foreign_kinds"]:
+            # A limit is empty, or another kind was seen: the kinds with room, by CLAIM_KINDS.
+            kinds = with_room(request.kinds, limited, empty)
+            if not kinds:
+                return [], empty
+            pool = request.limit * 4 + CLAIM_MARGIN
+            rows = await fetch(tx, sql.CLAIM_KINDS, {**params, "kinds": kinds, "pool": pool})
+        elif first["id"] is None:
+            return [], empty  # the lane claim found nothing: the one row of NULLs
+        return [run_from_row(row) for row in sorted(rows, key=_claim_key)], empty
 
     async def require_current(self, tx: Tx, fence: AgentRunFence) -> AgentRun:
         run = await self._one(tx, sql.REQUIRE_CURRENT, **_fence_params(fence))
