@@ -368,38 +368,35 @@ def claim_case(server: str, options: argparse.Namespace) -> list[str]:
     workspaces = 1_000
 
     async def spend(run: AgentRun) -> AsyncIterator[StepEvent]:
-        yield StepEvent("spent", {}, usage=Usage(input_tokens=10, provider="p", model="m"))
-
-    spender = RunKind(RunKindPolicy(name="spend", lease=timedelta(seconds=60)), spend)
+        usage = Usage(input_tokens=10, provider="p", model="m") if run.payload else None
+        yield StepEvent("spent", {}, usage=usage)
 
     async def populate(url: str, limited: bool) -> None:
+        # One kind on both sides (a kind the claiming worker does not run would turn its claim
+        # into the claim of some kinds on one side only): the runs that spend are driven first.
         family = PostgresFamily(url)
-        kinds = RunKinds([_kind(_noop, limits=()), spender])
+        kinds = RunKinds([_kind(spend, limits=())])
         runs = AgentRuns(family.stores, kinds, random.Random(1))
         try:
-            for n in range(options.claim_rounds * 30 * 2 + workspaces):
-                await runs.enqueue("call", workspace=f"w{n % workspaces}", subject=f"s{n}")
             if limited:
                 for name in names:
                     await runs.declare_limit(ProviderLimit(name, requests=10**9, tokens=10**12))
                 for n in range(workspaces):
                     await runs.set_budget(Budget(f"w{n}", tokens=5 if n % 10 == 0 else 10**12))
-                for n in range(0, workspaces, 10):
-                    await runs.enqueue("spend", workspace=f"w{n}", subject=f"spend-{n}")
-                worker = Worker(
-                    runs, kinds, family.stores.notifier, random.Random(2), holder="spender",
-                    only_kinds=["spend"],
-                )  # fmt: skip
-                while await worker.claim_and_drive(64):
-                    pass
-                held = 0
-                for n in range(0, workspaces, 10):
-                    view = await runs.budget(f"w{n}")
-                    held += view is not None and view.held_until is not None
-                print(
-                    f"claim: {held} workspaces held by their budget, {len(names)} limits",
-                    flush=True,
+            for n in range(0, workspaces, 10):
+                await runs.enqueue(
+                    "call", workspace=f"w{n}", subject=f"spend-{n}", payload={"spend": limited}
                 )
+            worker = Worker(runs, kinds, family.stores.notifier, random.Random(2), holder="spender")
+            while await worker.claim_and_drive(64):
+                pass
+            held = 0
+            for n in range(0, workspaces, 10):
+                view = await runs.budget(f"w{n}")
+                held += view is not None and view.held_until is not None
+            print(f"claim: {held} workspaces held by their budget", flush=True)
+            for n in range(options.claim_rounds * 30 * 2 + workspaces):
+                await runs.enqueue("call", workspace=f"w{n % workspaces}", subject=f"s{n}")
         finally:
             await family.close()
 
