@@ -19,6 +19,7 @@ ORDER = (
     "watch",
     "keys",
     "limits",
+    "usage",
     "conversations",
     "faults",
     "console",

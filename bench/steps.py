@@ -53,6 +53,19 @@ if step == "recorded":
         await ctx.step("step", nothing)
 
     options["step"] = agentruns.RecordedSteps(recorded)
+elif step == "usage":
+    import agentruns
+    from decimal import Decimal
+
+    SPENT = agentruns.Usage(
+        input_tokens=1200, output_tokens=300, cost=Decimal("0.0042"),
+        provider="openai", model="gpt-5",
+    )
+
+    async def spending(run):
+        yield agentruns.StepEvent("step", {}, usage=SPENT)
+
+    options["step"] = spending
 
 async def main():
     await runner.prepare(url, runs)
