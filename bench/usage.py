@@ -7,8 +7,9 @@ Alternating drains of one worker loop (64 slots) on fresh databases of one serve
 a process of its own (:mod:`bench.steps`' method): runs of one step that reports what it spent
 (input and output tokens, a cost, a provider and a model: the step boundary's statement also adds
 to the run's totals and writes the ledger's row) against runs of one plain step, this tree's
-code for both; then the plain loop against ``--base``'s (the tree before issue 26: a
-step without usage must cost what it did). No workspace has a budget (a budget's row is charged only where one is set).
+code for both; then the plain loop against ``--base``'s (the tree before issue 26: a step
+without usage must cost what it did). No workspace has a budget (a budget's row is charged only
+where one is set).
 Medians of runs/s and of the worker process's CPU per run are compared; the section ``usage``
 of ``bench/RESULTS.md`` is rewritten unless ``--no-results``. Run it alone: two cores.
 """
