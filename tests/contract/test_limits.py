@@ -42,7 +42,7 @@ async def test_a_take_beyond_the_bucket_is_refused_until_the_clock_refills_it(
     assert [await _granted(runs, GPT.name) for _ in range(11)] == [True] * 10 + [False]
     with pytest.raises(LimitExhausted) as refused:
         await runs.take(GPT.name, wait=NONE)
-    assert refused.value.retry_in == pytest.approx(60 / 590, rel=1e-3)
+    assert refused.value.retry_in == pytest.approx(61 / 590, rel=1e-3)
     backend.clock.advance(timedelta(seconds=0.05))
     assert not await _granted(runs, GPT.name)
     backend.clock.advance(timedelta(seconds=0.06))
@@ -57,13 +57,13 @@ async def test_tokens_are_a_bucket_of_their_own_and_a_large_take_waits_for_a_ful
     assert await _granted(runs, GPT.name, tokens=600)
     # 400 left: a take of 3,000 (more than the burst) waits for a full bucket of 1,000.
     assert not await _granted(runs, GPT.name, tokens=3_000)
-    backend.clock.advance(timedelta(seconds=600 / (59_000 / 60) + 0.01))
+    backend.clock.advance(timedelta(seconds=600 / (59_000 / 61) + 0.01))
     assert await _granted(runs, GPT.name, tokens=3_000)
     # Below zero now (-2,000): the next token waits until the bucket is back above it.
     assert not await _granted(runs, GPT.name, tokens=1)
     assert await runs.empty_limits([GPT.name, "unknown"]) == {
         GPT.name: pytest.approx(
-            timedelta(seconds=2_001 / (59_000 / 60)), abs=timedelta(milliseconds=1)
+            timedelta(seconds=2_001 / (59_000 / 61)), abs=timedelta(milliseconds=1)
         )
     }
     backend.clock.advance(timedelta(seconds=2.1))

@@ -60,14 +60,14 @@ def test_nonsense_takes_are_refused(requests: int, tokens: int) -> None:
 
 
 def test_a_take_beyond_the_bucket_waits_for_the_refill() -> None:
-    limit = ProviderLimit("p", requests=600)  # burst 10, 590 a minute after it
+    limit = ProviderLimit("p", requests=600)  # burst 10, 590 over a minute and a second after it
     level = full(limit, T0)
     for _ in range(10):
         answer, level = take(limit, level, 1, 0, T0)
         assert answer.granted
     answer, level = take(limit, level, 1, 0, T0)
     assert not answer.granted
-    assert answer.wait == pytest.approx(timedelta(seconds=60 / 590), abs=timedelta(microseconds=2))
+    assert answer.wait == pytest.approx(timedelta(seconds=61 / 590), abs=timedelta(microseconds=2))
     assert empty_for(limit, level, T0) is not None
     later = T0 + answer.wait + timedelta(microseconds=1)
     assert empty_for(limit, level, later) is None

@@ -3,8 +3,11 @@
 A :class:`ProviderLimit` says how many requests and how many tokens a provider admits per
 period (``openai/gpt-5``: 500 requests and 2,000,000 tokens a minute). Each dimension is a token
 bucket: it holds at most :func:`burst` (one second's worth, at most half the limit) and refills
-at ``(limit - burst) / per``, so that no window of one period admits more than
-``burst + rate * per = limit``. A take of at most the burst is granted while the bucket holds
+at ``(limit - burst) / (per * (1 + 1/60))``, so that no window of one period and a sixtieth
+admits more than ``burst + rate * per * (1 + 1/60) = limit``: a take is made before its call, and
+the call reaches the provider a little later; the sixtieth (a second of a minute) is the slack
+that keeps a call delayed after its take (up to that long more than the one before it) inside
+the provider's own window. A take of at most the burst is granted while the bucket holds
 it; a larger take waits for a full bucket and may then leave it below zero, which bounds an
 overshoot to one take.
 
@@ -27,6 +30,9 @@ MAX_LIMIT = 10**15
 SHORTEST_PERIOD = timedelta(seconds=1)
 LONGEST_PERIOD = timedelta(days=1)
 _BURST_WINDOW = 1.0  # seconds: a bucket holds one second's worth
+# The refill spreads the rest of the limit over the period and a sixtieth more: the slack for a
+# call that reaches the provider later after its take than the call before it did.
+_SLACK = 1 / 60
 
 
 @dataclass(frozen=True, slots=True)
@@ -68,8 +74,8 @@ def burst(limit: int, per_seconds: float) -> float:
 
 
 def rate(limit: int, per_seconds: float) -> float:
-    """What one bucket gains a second: the rest of the limit over the period."""
-    return (limit - burst(limit, per_seconds)) / per_seconds
+    """What one bucket gains a second: the rest of the limit over the period and its slack."""
+    return (limit - burst(limit, per_seconds)) / (per_seconds * (1 + _SLACK))
 
 
 @dataclass(frozen=True, slots=True)
