@@ -420,3 +420,30 @@ def test_budget_set_show_remove_and_status_say_why_a_workspace_waits(postgres_ur
     neither = invoke(postgres_url, "budget", "set", workspace)
     assert neither.exit_code == 1
     assert "neither" in neither.output
+
+
+def test_budget_set_rolling_takes_a_window_and_show_prints_it(postgres_url: str) -> None:
+    """ADRs/0033, "Rolling windows": --period rolling --window 24h; show prints the window."""
+    workspace = f"rolling-{uuid4().hex[:8]}"
+    args = ("budget", "set", workspace, "--tokens", "100", "--period", "rolling")
+    set_out = ok(invoke(postgres_url, *args, "--window", "24h"))
+    assert f"workspace {workspace}: budget per rolling 1d" in set_out
+    assert "0 of 100 tokens" in set_out
+    shown_budget = json.loads(ok(invoke(postgres_url, "budget", "show", workspace, "--json")))
+    assert (shown_budget["period"], shown_budget["window"]) == ("rolling", "1d")
+    assert (shown_budget["spent_tokens"], shown_budget["held_until"]) == (0, None)
+    for bad, said in (
+        ((), "--period rolling needs --window"),
+        (("--window", "400d"), "at most 366 days"),
+        (("--window", "soon"), "--window"),
+        (("--window", "0s"), "longer than zero"),
+    ):
+        refused = invoke(postgres_url, *args, *bad)
+        assert refused.exit_code == 1
+        assert said in refused.output
+        assert "Traceback" not in refused.output
+    daily = invoke(postgres_url, "budget", "set", workspace, "--tokens", "1", "--window", "1h")
+    assert daily.exit_code == 1
+    assert "--window is for --period rolling" in daily.output
+    shown_budget = json.loads(ok(invoke(postgres_url, "budget", "show", workspace, "--json")))
+    assert shown_budget["window"] == "1d"  # nothing refused was written

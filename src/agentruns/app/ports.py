@@ -31,7 +31,7 @@ from agentruns.domain.provider_limits import ProviderLimit, TakeAnswer
 from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
-from agentruns.domain.usage import Per, Spend, Usage, WorkspaceSpend
+from agentruns.domain.usage import Per, Spend, Usage, UsageRecord, WorkspaceSpend
 from agentruns.domain.waits import Delivered, Signal
 
 
@@ -463,6 +463,13 @@ class EventLog(Protocol):
     ) -> list[WorkspaceSpend]:
         """Every workspace's usage at ``since <= at < until``, summed and ordered as
         :func:`agentruns.domain.usage.spend_by_workspace` does."""
+        ...
+
+    async def window_usage(
+        self, tx: Transaction, workspace: str, after: datetime, upto: datetime
+    ) -> list[UsageRecord]:
+        """The workspace's ledger rows at ``after < at <= upto`` (a rolling budget's window,
+        ADRs/0033), oldest first."""
         ...
 
     async def renew_and_append_many(

@@ -40,7 +40,14 @@ from agentruns.app.watch import RunUpdate, RunWatcher
 from agentruns.domain import keys, limits, subject_policy, usage as usage_rules
 from agentruns.domain.backoff import RandomSource
 from agentruns.domain.bands import DEFAULT_BAND_AGING, Band
-from agentruns.domain.budgets import Budget, BudgetState, BudgetView, period_bounds
+from agentruns.domain.budgets import (
+    Budget,
+    BudgetState,
+    BudgetView,
+    period_bounds,
+    rolling_hold_until,
+    window_state,
+)
 from agentruns.domain.errors import (
     AgentRunsError,
     IllegalTransition,
@@ -1278,14 +1285,17 @@ class AgentRuns:
 
     async def set_budget(self, budget: Budget) -> BudgetView:
         """Set the workspace's budget (ADRs/0033): at most ``budget.tokens`` tokens and/or
-        ``budget.cost`` per UTC day or month. The current period's spend is read from the usage
-        ledger; the budget's own hold is lifted (a raised budget frees the workspace) and
-        written again at once if the period's spend already reaches the new limit. A host's own
-        hold is kept. Once the period's spend reaches a limit, the step boundary that crossed it
-        holds the workspace until the period ends: its runs are not offered; a run in flight
-        goes on to its end (the hold stops claims, not holders)."""
+        ``budget.cost`` per UTC day or month, or over any ``budget.window`` of a rolling budget
+        (held until enough of the window's spend ages out). The current period's spend is read
+        from the usage ledger; the budget's own hold is lifted (a raised budget frees the
+        workspace) and written again at once if the period's spend already reaches the new
+        limit. A host's own hold is kept. Once the period's spend reaches a limit, the step
+        boundary that crossed it holds the workspace until the period ends: its runs are not
+        offered; a run in flight goes on to its end (the hold stops claims, not holders)."""
         if not isinstance(budget, Budget):
             raise InvalidRequest(f"a budget is an agentruns.Budget, not {type(budget).__name__}")
+        if budget.rolling is not None:
+            return await self._set_rolling_budget(budget)
         async with self.transaction() as inner:
             now = await self._stores.runs.now(inner)
             start, end = period_bounds(budget.period, now)
@@ -1305,6 +1315,26 @@ class AgentRuns:
                 held_until = await self._held_until(inner, budget.workspace)
             return BudgetView(state, held_until)
 
+    async def _set_rolling_budget(self, budget: Budget) -> BudgetView:
+        """A rolling budget set: its window's spend and hold read from the ledger now."""
+        window = budget.rolling
+        assert window is not None
+        async with self.transaction() as inner:
+            now = await self._stores.runs.now(inner)
+            rows = await self._stores.events.window_usage(
+                inner, budget.workspace, now - window, now
+            )
+            state = window_state(rows, budget, now)
+            await self._stores.workspaces.put_budget(inner, state)
+            until = rolling_hold_until(rows, budget, now)
+            held_until = None
+            if until is not None:
+                await self._stores.workspaces.hold_budget(
+                    inner, BudgetHold(budget.workspace, until, state.reason, by_budget=True)
+                )
+                held_until = await self._held_until(inner, budget.workspace)
+            return BudgetView(state, held_until)
+
     async def remove_budget(self, workspace: str) -> bool:
         """Remove the workspace's budget and lift its budget's hold (a host's own hold stays);
         whether it had one."""
@@ -1314,13 +1344,18 @@ class AgentRuns:
 
     async def budget(self, workspace: str) -> BudgetView | None:
         """The workspace's budget, its current period's spend (a period that turned shows
-        nothing spent yet) and until when its budget holds it (``None``: not held)."""
+        nothing spent yet; a rolling budget, its window's spend up to now) and until when its
+        budget holds it (``None``: not held)."""
         name = _name(workspace, "workspace")
         async with self.transaction() as inner:
             state = await self._stores.workspaces.budget(inner, name)
             if state is None:
                 return None
             now = await self._stores.runs.now(inner)
+            window = state.budget.rolling
+            if window is not None:
+                rows = await self._stores.events.window_usage(inner, name, now - window, now)
+                state = window_state(rows, state.budget, now)
             return BudgetView(state.at(now), await self._held_until(inner, name))
 
     async def _held_until(self, tx: Transaction, workspace: str) -> datetime | None:

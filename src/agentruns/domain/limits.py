@@ -26,7 +26,8 @@ durations                   a kind's lease longer than zero and at most :data:`M
                             sleep at most :data:`MAX_DELAY`; a
                             purge's retention and a kind's key retention at most
                             :data:`MAX_RETENTION`; a schedule's period at most
-                            :data:`MAX_PERIOD`
+                            :data:`MAX_PERIOD`; a rolling budget's window at most
+                            :data:`MAX_BUDGET_WINDOW`
 epochs                      integers from 0 to :data:`MAX_EPOCH` (PostgreSQL's ``integer``)
 ==========================  =====================================================================
 """
@@ -51,6 +52,9 @@ MAX_DELAY = timedelta(days=366)
 MAX_RETENTION = timedelta(days=36_500)
 # A schedule ticks at least once a century (the durations parser's longest, too).
 MAX_PERIOD = timedelta(days=36_500)
+# A rolling budget's window: every charge of its workspace sums the window's ledger rows, so at
+# most a leap year of them.
+MAX_BUDGET_WINDOW = timedelta(days=366)
 
 _SHOWN = 80
 

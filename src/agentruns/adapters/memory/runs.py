@@ -570,7 +570,25 @@ class MemoryEventLog(EventLog):
             UsageRecord(run.id, event.seq, run.workspace, run.kind, event.created_at, usage),
         )
         if self._workspaces is not None:
-            self._workspaces.charge(tx, run.workspace, usage, event.created_at)
+            workspace = run.workspace
+
+            def ledger() -> list[UsageRecord]:
+                return [row for row in self._usage.values() if row.workspace == workspace]
+
+            self._workspaces.charge(tx, workspace, usage, event.created_at, ledger)
+
+    async def window_usage(
+        self, tx: Transaction, workspace: str, after: datetime, upto: datetime
+    ) -> list[UsageRecord]:
+        self._database.check(tx)
+        return sorted(
+            (
+                record
+                for record in self._usage.values()
+                if record.workspace == workspace and after < record.at <= upto
+            ),
+            key=lambda record: (record.at, str(record.run_id), record.seq),
+        )
 
     async def spend(
         self, tx: Transaction, workspace: str, since: datetime, until: datetime, per: Per

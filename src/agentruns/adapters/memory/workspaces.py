@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable, Sequence
 from datetime import datetime
 
 from agentruns.adapters.memory.database import MemoryDatabase, MemoryTable
 from agentruns.app.ports import BudgetHold, Clock, Transaction, WorkspaceStore
-from agentruns.domain.budgets import BudgetState
-from agentruns.domain.usage import Usage
+from agentruns.domain.budgets import BudgetState, hold_reason, rolling_hold_until
+from agentruns.domain.usage import Usage, UsageRecord
 
 
 class MemoryWorkspaceStore(WorkspaceStore):
@@ -52,11 +53,26 @@ class MemoryWorkspaceStore(WorkspaceStore):
         if hold is not None and hold.by_budget:
             self._holds.delete(tx, workspace)
 
-    def charge(self, tx: Transaction, workspace: str, usage: Usage, at: datetime) -> None:
+    def charge(
+        self,
+        tx: Transaction,
+        workspace: str,
+        usage: Usage,
+        at: datetime,
+        ledger: Callable[[], Sequence[UsageRecord]],
+    ) -> None:
         """A step's usage charged to the workspace's budget, if it has one, in the step's own
-        write (ADRs/0033); a budget spent holds the workspace until its period ends."""
+        write (ADRs/0033); a budget spent holds the workspace until its period ends. A rolling
+        budget reads its window from ``ledger()`` (the workspace's rows, this step's included) and
+        holds the workspace until enough of that spend ages out
+        (:func:`~agentruns.domain.budgets.rolling_hold_until`)."""
         state = self._budgets.get(workspace)
         if state is None:
+            return
+        if state.budget.rolling is not None:
+            until = rolling_hold_until(ledger(), state.budget, at)
+            if until is not None:
+                self._hold(tx, BudgetHold(workspace, until, hold_reason(state.budget), True))
             return
         charged = state.charged(usage, at)
         self._budgets.put(tx, workspace, charged)
@@ -64,11 +80,14 @@ class MemoryWorkspaceStore(WorkspaceStore):
             self._hold_spent(tx, charged)
 
     def _hold_spent(self, tx: Transaction, state: BudgetState) -> None:
-        existing = self._holds.get(state.budget.workspace)
+        hold = BudgetHold(state.budget.workspace, state.period_end, state.reason, by_budget=True)
+        self._hold(tx, hold)
+
+    def _hold(self, tx: Transaction, hold: BudgetHold) -> None:
+        existing = self._holds.get(hold.workspace)
         if existing is not None and not existing.by_budget:
             return
-        hold = BudgetHold(state.budget.workspace, state.period_end, state.reason, by_budget=True)
-        self._holds.put(tx, state.budget.workspace, hold)
+        self._holds.put(tx, hold.workspace, hold)
 
     async def release_budget(self, tx: Transaction, workspace: str) -> None:
         self._holds.delete(tx, workspace)

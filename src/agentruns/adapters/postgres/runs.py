@@ -47,7 +47,7 @@ from agentruns.domain.provider_limits import drawn_from, with_room
 from agentruns.domain.run import AgentRun, AgentRunFence
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
-from agentruns.domain.usage import Per, Spend, Usage, WorkspaceSpend
+from agentruns.domain.usage import Per, Spend, Usage, UsageRecord, WorkspaceSpend
 from agentruns.domain.waits import Delivered, Signal
 
 # Candidates a kinds-restricted claim ranks beyond its limit, so claimers racing for the same
@@ -721,6 +721,28 @@ class PostgresEventLog(EventLog):
                 cost=row["cost"],
             )
             for row in await fetch(tx, sql.SPEND_BY_WORKSPACE, params)
+        ]
+
+    async def window_usage(
+        self, tx: Tx, workspace: str, after: datetime, upto: datetime
+    ) -> list[UsageRecord]:
+        params = {"workspace": workspace, "after": after, "upto": upto}
+        return [
+            UsageRecord(
+                row["run_id"],
+                row["seq"],
+                workspace,
+                row["kind"],
+                row["at"],
+                Usage(
+                    input_tokens=row["input_tokens"],
+                    output_tokens=row["output_tokens"],
+                    cost=row["cost"],
+                    provider=row["provider"],
+                    model=row["model"],
+                ),
+            )
+            for row in await fetch(tx, sql.WINDOW_USAGE, params)
         ]
 
     async def _append_held(

@@ -123,10 +123,12 @@ agent_budget_hold = Table(
     Column("by_budget", Boolean, nullable=False, server_default=text("false")),
 )
 
-# A workspace's budget (ADRs/0033): its limits, its period (a UTC day or month), the current
-# period's start and what was spent in it, charged by the step boundaries that report usage (a
-# primary key probe, only in the statements that carry usage). ``hold_reason`` is the text its
-# hold says, written by the domain (agentruns.domain.budgets.hold_reason).
+# A workspace's budget (ADRs/0033): its limits, its period (a UTC day or month, or 'rolling'
+# with its ``rolling_window``), the current period's start and what was spent in it, charged by
+# the step boundaries that report usage (a primary key probe, only in the statements that carry
+# usage; a rolling budget sums its window's ledger rows instead, ADRs/0033 "Rolling windows").
+# ``hold_reason`` is the text its hold says, written by the domain
+# (agentruns.domain.budgets.hold_reason).
 agent_budget = Table(
     "agent_budget",
     metadata,
@@ -134,12 +136,16 @@ agent_budget = Table(
     Column("tokens", BigInteger),
     Column("cost", Numeric),
     Column("period", Text, nullable=False),
+    Column("rolling_window", Interval),
     Column("period_start", TZ, nullable=False),
     Column("spent_tokens", BigInteger, nullable=False, server_default=text("0")),
     Column("spent_cost", Numeric, nullable=False, server_default=text("0")),
     Column("hold_reason", Text, nullable=False),
-    CheckConstraint("period IN ('day', 'month')", name="ck_agent_budget_period"),
+    CheckConstraint("period IN ('day', 'month', 'rolling')", name="ck_agent_budget_period"),
     CheckConstraint("tokens IS NOT NULL OR cost IS NOT NULL", name="ck_agent_budget_limit"),
+    CheckConstraint(
+        "(period = 'rolling') = (rolling_window IS NOT NULL)", name="ck_agent_budget_window"
+    ),
 )
 
 agent_run_seq = Sequence("agent_run_seq", metadata=metadata)

@@ -672,10 +672,20 @@ FROM renewed LEFT JOIN appended ON true
 # suite; a new period starts the spend from this usage. The hold lasts until the period's end
 # and never replaces a host's own hold (by_budget false). The budgets are locked in workspace
 # order first, so two groups charging the same budgets never wait on each other in a cycle.
+#
+# A rolling budget (period 'rolling') keeps no running spend: ``window_rows`` sums its window's
+# ledger rows (c.at - window < at <= c.at) through ix_agent_usage_workspace_at, with this
+# statement's own charge (the ledger insert of this statement is not visible to its reads), and
+# ``rolling`` restates agentruns.domain.budgets.rolling_hold_until: once the window's spend
+# reaches a limit, the hold lasts until the earliest row's at + window whose ageing out (with
+# every row no later than it) leaves the rest below every limit. The contract suite holds the
+# two together. Day and month budgets and unbudgeted workspaces read no ledger row: the rolling
+# CTEs start from ``locked`` filtered on the rolling period.
 _BUDGET_START = "date_trunc(b.period, c.at AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'"
 _CHARGE_BUDGETS = f"""
 locked AS (
-    SELECT b.workspace FROM agent_budget b
+    SELECT b.workspace, b.period, b.rolling_window, b.tokens, b.cost, b.hold_reason
+    FROM agent_budget b
     WHERE b.workspace IN (SELECT workspace FROM charged)
     ORDER BY b.workspace
     FOR UPDATE
@@ -687,17 +697,49 @@ budgeted AS (
             + CASE WHEN b.period_start = {_BUDGET_START} THEN b.spent_tokens ELSE 0 END,
         spent_cost = c.cost
             + CASE WHEN b.period_start = {_BUDGET_START} THEN b.spent_cost ELSE 0 END
-    FROM charged c JOIN locked l ON l.workspace = c.workspace
+    FROM charged c JOIN locked l ON l.workspace = c.workspace AND l.period <> 'rolling'
     WHERE b.workspace = c.workspace
     RETURNING b.workspace, b.tokens, b.cost, b.spent_tokens, b.spent_cost, b.hold_reason,
         (b.period_start AT TIME ZONE 'UTC' + CAST('1 ' || b.period AS interval))
             AT TIME ZONE 'UTC' AS period_end
+),
+window_rows AS (
+    SELECT c.workspace, u.at,
+           COALESCE(u.input_tokens, 0) + COALESCE(u.output_tokens, 0) AS tokens,
+           COALESCE(u.cost, 0) AS cost
+    FROM charged c JOIN locked l ON l.workspace = c.workspace AND l.period = 'rolling'
+    JOIN agent_usage u ON u.workspace = c.workspace
+        AND u.at > c.at - l.rolling_window AND u.at <= c.at
+    UNION ALL
+    SELECT c.workspace, c.at, c.tokens, c.cost
+    FROM charged c JOIN locked l ON l.workspace = c.workspace AND l.period = 'rolling'
+),
+aged AS (
+    SELECT workspace, at,
+           sum(tokens) OVER whole AS spent_tokens, sum(cost) OVER whole AS spent_cost,
+           sum(tokens) OVER whole - sum(tokens) OVER upto AS left_tokens,
+           sum(cost) OVER whole - sum(cost) OVER upto AS left_cost
+    FROM window_rows
+    WINDOW whole AS (PARTITION BY workspace),
+           upto AS (PARTITION BY workspace ORDER BY at)
+),
+rolling AS (
+    SELECT a.workspace, l.hold_reason,
+           min(a.at + l.rolling_window) FILTER (
+               WHERE (l.tokens IS NULL OR a.left_tokens < l.tokens)
+                 AND (l.cost IS NULL OR a.left_cost < l.cost)) AS until
+    FROM aged a JOIN locked l ON l.workspace = a.workspace
+    WHERE (l.tokens IS NOT NULL AND a.spent_tokens >= l.tokens)
+       OR (l.cost IS NOT NULL AND a.spent_cost >= l.cost)
+    GROUP BY a.workspace, l.hold_reason
 ),
 held AS (
     INSERT INTO agent_budget_hold (workspace, until, reason, by_budget)
     SELECT workspace, period_end, hold_reason, true FROM budgeted
     WHERE (tokens IS NOT NULL AND spent_tokens >= tokens)
        OR (cost IS NOT NULL AND spent_cost >= cost)
+    UNION ALL
+    SELECT workspace, until, hold_reason, true FROM rolling
     ON CONFLICT (workspace) DO UPDATE SET until = EXCLUDED.until, reason = EXCLUDED.reason
     WHERE agent_budget_hold.by_budget
 )"""
@@ -894,6 +936,15 @@ SELECT * FROM (
 ORDER BY cost DESC, input_tokens + output_tokens DESC, workspace COLLATE "C"
 """)
 
+# A rolling budget's window of a workspace's ledger (ADRs/0033): its rows at after < at <= upto
+# through ix_agent_usage_workspace_at, oldest first (as the memory adapter orders them).
+WINDOW_USAGE = statement("""
+SELECT run_id, seq, kind, provider, model, at, input_tokens, output_tokens, cost
+FROM agent_usage
+WHERE workspace = :workspace AND at > :after AND at <= :upto
+ORDER BY at, CAST(run_id AS text), seq
+""")
+
 SET_ACTIVE = statement("""
 INSERT INTO agent_workspace (id, active) VALUES (:workspace, :active)
 ON CONFLICT (id) DO UPDATE SET active = EXCLUDED.active
@@ -918,17 +969,18 @@ LIFT_BUDGET_HOLD = statement(
 )
 
 GET_BUDGET = statement("""
-SELECT workspace, tokens, cost, period, period_start, spent_tokens, spent_cost
+SELECT workspace, tokens, cost, period, rolling_window, period_start, spent_tokens, spent_cost
 FROM agent_budget WHERE workspace = :workspace
 """)
 
 PUT_BUDGET = statement("""
-INSERT INTO agent_budget (workspace, tokens, cost, period, period_start, spent_tokens,
-                          spent_cost, hold_reason)
-VALUES (:workspace, :tokens, :cost, :period, :period_start, :spent_tokens, :spent_cost,
-        :hold_reason)
+INSERT INTO agent_budget (workspace, tokens, cost, period, rolling_window, period_start,
+                          spent_tokens, spent_cost, hold_reason)
+VALUES (:workspace, :tokens, :cost, :period, :rolling_window, :period_start, :spent_tokens,
+        :spent_cost, :hold_reason)
 ON CONFLICT (workspace) DO UPDATE SET tokens = EXCLUDED.tokens, cost = EXCLUDED.cost,
-    period = EXCLUDED.period, period_start = EXCLUDED.period_start,
+    period = EXCLUDED.period, rolling_window = EXCLUDED.rolling_window,
+    period_start = EXCLUDED.period_start,
     spent_tokens = EXCLUDED.spent_tokens, spent_cost = EXCLUDED.spent_cost,
     hold_reason = EXCLUDED.hold_reason
 """)

@@ -28,7 +28,9 @@ class PostgresWorkspaceStore(WorkspaceStore):
             return None
         row = rows[0]
         return BudgetState(
-            Budget(row["workspace"], row["tokens"], row["cost"], row["period"]),
+            Budget(
+                row["workspace"], row["tokens"], row["cost"], row["period"], row["rolling_window"]
+            ),
             period_start=row["period_start"],
             spent_tokens=row["spent_tokens"],
             spent_cost=row["spent_cost"],
@@ -44,6 +46,7 @@ class PostgresWorkspaceStore(WorkspaceStore):
                 "tokens": budget.tokens,
                 "cost": budget.cost,
                 "period": budget.period,
+                "rolling_window": budget.rolling,
                 "period_start": state.period_start,
                 "spent_tokens": state.spent_tokens,
                 "spent_cost": state.spent_cost,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import json
 from collections.abc import Awaitable, Callable
+from datetime import timedelta
 from decimal import Decimal, InvalidOperation
 from pathlib import Path
 from typing import Annotated, TypeVar
@@ -12,13 +13,20 @@ from typing import Annotated, TypeVar
 import typer
 
 from agentruns.app.runs import AgentRuns
-from agentruns.domain.budgets import BUDGET_PERIODS, Budget, BudgetPeriod, BudgetView
+from agentruns.domain.budgets import (
+    BUDGET_PERIODS,
+    Budget,
+    BudgetPeriod,
+    BudgetView,
+    window_text,
+)
 from agentruns.domain.usage import cost_text
 from agentruns.entrypoints import container as composition
 from agentruns.entrypoints.cli.root import DatabaseName, DataDir, app, out
 from agentruns.entrypoints.cli.support import (
     CliError,
     database,
+    duration,
     guarded,
     postgres_container,
     settings,
@@ -28,7 +36,8 @@ from agentruns.entrypoints.container import AgentRunsContainer
 T = TypeVar("T")
 
 budget_app = typer.Typer(
-    help="Workspace budgets: tokens and cost per day or month.", no_args_is_help=True
+    help="Workspace budgets: tokens and cost per day, month or rolling window.",
+    no_args_is_help=True,
 )
 app.add_typer(budget_app, name="budget")
 
@@ -68,14 +77,26 @@ def _period(text: str) -> BudgetPeriod:
     raise CliError(f"--period must be one of {', '.join(BUDGET_PERIODS)}, not {text!r}")
 
 
+def _window(text: str | None, period: BudgetPeriod) -> timedelta | None:
+    if text is None:
+        if period == "rolling":
+            raise CliError("--period rolling needs --window (like 24h, 7d or 1h30m)")
+        return None
+    if period != "rolling":
+        raise CliError(f"--window is for --period rolling, not {period}")
+    return duration(text, "--window")
+
+
 def fields(view: BudgetView) -> dict[str, object]:
-    """A budget as plain JSON values."""
+    """A budget as plain JSON values (a rolling budget's period is its window up to now)."""
     state, budget = view.state, view.state.budget
+    window = budget.rolling
     return {
         "workspace": budget.workspace,
         "tokens": budget.tokens,
         "cost": None if budget.cost is None else cost_text(budget.cost),
         "period": budget.period,
+        "window": None if window is None else window_text(window),
         "period_start": state.period_start.isoformat(),
         "period_end": state.period_end.isoformat(),
         "spent_tokens": state.spent_tokens,
@@ -92,11 +113,14 @@ def text(view: BudgetView) -> str:
         limits.append(f"{state.spent_tokens} of {budget.tokens} tokens")
     if budget.cost is not None:
         limits.append(f"cost {cost_text(state.spent_cost)} of {cost_text(budget.cost)}")
+    window = budget.rolling
+    per = budget.period if window is None else f"rolling {window_text(window)}"
     lines = [
-        f"workspace {budget.workspace}: budget per {budget.period}",
+        f"workspace {budget.workspace}: budget per {per}",
         f"  spent      {', '.join(limits)} since {state.period_start.isoformat(sep=' ')}",
-        f"  period end {state.period_end.isoformat(sep=' ')}",
     ]
+    if window is None:
+        lines.append(f"  period end {state.period_end.isoformat(sep=' ')}")
     if view.held_until is not None:
         lines.append(f"  held: {state.reason} until {view.held_until.isoformat(sep=' ')}")
     return "\n".join(lines)
@@ -116,15 +140,23 @@ def budget_set(
         int | None, typer.Option(help="At most this many tokens (input and output) per period.")
     ] = None,
     cost: Annotated[str | None, typer.Option(help="At most this cost per period.")] = None,
-    period: Annotated[str, typer.Option(help="day or month (UTC).")] = "day",
+    period: Annotated[
+        str, typer.Option(help="day or month (UTC), or rolling (with --window).")
+    ] = "day",
+    window: Annotated[
+        str | None,
+        typer.Option(help="A rolling budget's window: 24h, 7d, 1h30m (at most 366 days)."),
+    ] = None,
     as_json: AsJson = False,
     data_dir: DataDir = None,
     database_name: DatabaseName = None,
 ) -> None:
-    """Set the workspace's budget; its runs are held once a period's spend reaches it."""
+    """Set the workspace's budget; its runs are held once a period's spend reaches it (a
+    rolling window's: until enough of its spend ages out)."""
 
     def body() -> None:
-        budget = Budget(workspace, tokens, _cost(cost), _period(period))
+        chosen = _period(period)
+        budget = Budget(workspace, tokens, _cost(cost), chosen, _window(window, chosen))
         view = _using(lambda runs: runs.set_budget(budget), data_dir, database_name)
         _print(view, as_json)
 
