@@ -508,15 +508,21 @@ class AgentRuns:
         self, holder: str, *, limit: int = 1, kinds: Sequence[str] | None = None
     ) -> list[AgentRun]:
         """Lease up to ``limit`` due runs (one per subject) in the claim order, for a worker."""
+        request = self._claim_request(holder, limit, kinds)
+        return await self._claim(request, None)
+
+    def _claim_request(
+        self, holder: str, limit: object, kinds: Sequence[str] | None
+    ) -> ClaimRequest:
+        """A worker's claim request, checked: its holder's name, an integer limit, known kinds."""
         if not isinstance(limit, int) or isinstance(limit, bool):
             raise InvalidRequest(f"a claim's limit is an integer, not {limits.shown(limit)}")
-        request = ClaimRequest(
+        return ClaimRequest(
             holder=_name(holder, "holder"),
             limit=limit,
             kinds=self._known(kinds),
             band_aging=self._band_aging,
         )
-        return await self._claim(request, None)
 
     async def claim_with_room(
         self,
@@ -530,14 +536,7 @@ class AgentRuns:
         (``limited``: kind -> the limit names it draws from) could not grant one request and one
         token now, so an empty or paused limit spends no attempt (ADRs/0032); with those empty
         limits and how long until each could grant (a worker idles no longer)."""
-        if not isinstance(limit, int) or isinstance(limit, bool):
-            raise InvalidRequest(f"a claim's limit is an integer, not {limits.shown(limit)}")
-        request = ClaimRequest(
-            holder=_name(holder, "holder"),
-            limit=limit,
-            kinds=self._known(kinds),
-            band_aging=self._band_aging,
-        )
+        request = self._claim_request(holder, limit, kinds)
         if request.limit < 1 or not request.kinds:
             return [], {}
         if self._kinds.plain:
