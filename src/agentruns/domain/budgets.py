@@ -141,9 +141,13 @@ def hold_reason(budget: Budget) -> str:
         limits.append(f"{budget.tokens} tokens")
     if budget.cost is not None:
         limits.append(f"cost {cost_text(budget.cost)}")
+    return f"budget spent ({' or '.join(limits)} per {period_text(budget)})"
+
+
+def period_text(budget: Budget) -> str:
+    """What a budget is counted over, as shown: ``day``, ``month`` or ``rolling 1d``."""
     window = budget.rolling
-    per = budget.period if window is None else f"rolling {window_text(window)}"
-    return f"budget spent ({' or '.join(limits)} per {per})"
+    return budget.period if window is None else f"rolling {window_text(window)}"
 
 
 def window_text(window: timedelta) -> str:

@@ -18,6 +18,7 @@ from agentruns.domain.budgets import (
     Budget,
     BudgetPeriod,
     BudgetView,
+    period_text,
     window_text,
 )
 from agentruns.domain.usage import cost_text
@@ -113,13 +114,11 @@ def text(view: BudgetView) -> str:
         limits.append(f"{state.spent_tokens} of {budget.tokens} tokens")
     if budget.cost is not None:
         limits.append(f"cost {cost_text(state.spent_cost)} of {cost_text(budget.cost)}")
-    window = budget.rolling
-    per = budget.period if window is None else f"rolling {window_text(window)}"
     lines = [
-        f"workspace {budget.workspace}: budget per {per}",
+        f"workspace {budget.workspace}: budget per {period_text(budget)}",
         f"  spent      {', '.join(limits)} since {state.period_start.isoformat(sep=' ')}",
     ]
-    if window is None:
+    if budget.rolling is None:
         lines.append(f"  period end {state.period_end.isoformat(sep=' ')}")
     if view.held_until is not None:
         lines.append(f"  held: {state.reason} until {view.held_until.isoformat(sep=' ')}")
