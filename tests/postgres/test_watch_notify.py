@@ -60,6 +60,35 @@ async def test_an_unwatched_run_sends_no_notification_and_a_watched_one_does(
         await family.close()
 
 
+async def test_one_statement_that_moves_many_runs_announces_each_watched_one_once(
+    postgres_url: str,
+) -> None:
+    """A claim of several runs is one statement: the watched runs among them are announced, each
+    once, and the others not (the trigger runs per statement over its transition tables)."""
+    family, runs = await _family(postgres_url)
+    listener = await psycopg.AsyncConnection.connect(postgres_url, autocommit=True)
+    try:
+        enqueued = [
+            await runs.enqueue("chat", workspace="acme", subject=f"s{i}") for i in range(4)
+        ]
+        watched = {str(run.id) for run in enqueued[:2]}
+        async with family.stores.scope.transaction() as tx:
+            for run in enqueued[:2]:
+                await family.stores.runs.watch(tx, run.id, uuid4())
+                await family.stores.runs.watch(tx, run.id, uuid4())  # two watchers, one NOTIFY
+        await listener.execute(f"LISTEN {CHANNEL}")
+        claimed = await runs.claim("w1", limit=4)
+        assert len(claimed) == 4
+        heard = await _heard(listener, 2.0)
+        assert sorted(heard) == sorted(watched)
+        for run in claimed:
+            await runs.renew(run.fence)
+        assert await _heard(listener, 0.3) == []
+    finally:
+        await listener.close()
+        await family.close()
+
+
 async def test_a_watcher_removes_its_row_when_it_stops(postgres_url: str) -> None:
     family, runs = await _family(postgres_url)
     try:

@@ -95,13 +95,16 @@ AS $$
 $$;
 
 -- A new run is its subject's head when the subject has none; the subject's advisory lock orders
--- it against a head that ends at the same time (see agent_run_moved).
+-- it against a head that ends at the same time (see agent_run_moved). No SET clause, so the
+-- planner inlines the body into its callers; every name in it is pg_catalog's, qualified, so it
+-- resolves alike whatever the caller's search_path.
 CREATE FUNCTION agent_subject_lock(workspace text, subject text) RETURNS void
 LANGUAGE sql
-SET search_path FROM CURRENT
 AS $$
-    SELECT pg_advisory_xact_lock(hashtext('agentruns.subject'),
-                                 hashtext(workspace || chr(31) || subject))
+    SELECT pg_catalog.pg_advisory_xact_lock(
+        pg_catalog.hashtext('agentruns.subject'),
+        pg_catalog.hashtext(
+            workspace OPERATOR(pg_catalog.||) pg_catalog.chr(31) OPERATOR(pg_catalog.||) subject))
 $$;
 
 CREATE FUNCTION agent_run_enqueued() RETURNS trigger LANGUAGE plpgsql
