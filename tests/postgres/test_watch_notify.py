@@ -68,9 +68,7 @@ async def test_one_statement_that_moves_many_runs_announces_each_watched_one_onc
     family, runs = await _family(postgres_url)
     listener = await psycopg.AsyncConnection.connect(postgres_url, autocommit=True)
     try:
-        enqueued = [
-            await runs.enqueue("chat", workspace="acme", subject=f"s{i}") for i in range(4)
-        ]
+        enqueued = [await runs.enqueue("chat", workspace="acme", subject=f"s{i}") for i in range(4)]
         watched = {str(run.id) for run in enqueued[:2]}
         async with family.stores.scope.transaction() as tx:
             for run in enqueued[:2]:
