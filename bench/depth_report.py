@@ -85,6 +85,16 @@ def verdicts(results: Results) -> list[Verdict]:
                 ratio, "≥ 0.8x", ratio >= 0.8, f"{ratio:.2f}x",
             )
         )  # fmt: skip
+    if results.million is not None and results.drains:
+        small, large = results.drains[0], results.million
+        ratio = large.rate / small.rate
+        found.append(
+            Verdict(
+                "drain",
+                f"{large.runs:,}-run drain rate vs {small.runs:,}-run drain rate",
+                ratio, "≥ 0.8x", ratio >= 0.8, f"{ratio:.2f}x",
+            )
+        )  # fmt: skip
     if results.snapshot is not None and results.snapshot.held and results.snapshot.without:
         ratio = results.snapshot.ratio
         found.append(
@@ -198,13 +208,19 @@ def render(
         )
     if results.drains:
         lines += ["", "### Drain: the worker loop as ended runs pile up", ""]
-        lines += ["| runs | seconds | runs/s |", "| ---: | ---: | ---: |"]
-        lines += [f"| {d.runs:,} | {d.seconds:.1f} | {d.rate:,.0f} |" for d in results.drains]
+        every = [*results.drains, *([] if results.million is None else [results.million])]
+        lines += [
+            "| runs | prepare (s, untimed) | seconds | runs/s |",
+            "| ---: | ---: | ---: | ---: |",
+        ]
+        lines += [
+            f"| {d.runs:,} | {d.prepare_s:.1f} | {d.seconds:.1f} | {d.rate:,.0f} |" for d in every
+        ]
         lines += ["", *_verdict_line(found, "drain")]
         lines.append(
             "Each drain on a fresh database: `Worker.run` with 64 slots (batch claims of its free "
             "slots), one step per run, 50 workspaces, 4 runs per subject (`bench.throughput`'s "
-            "worker loop)."
+            "worker loop), one drain per size, in the order shown."
         )
     if results.snapshot is not None:
         sn = results.snapshot
