@@ -17,7 +17,13 @@ brackets), each against a target of issue 10:
   them leased first by another holder (an hour's lease); single claims. Target: within 2x.
 - **drain**: the worker loop of ``bench.throughput`` (``Worker.run``, 64 slots, one step per
   run, 50 workspaces) draining 10,000 vs 100,000 runs [2,000 vs 20,000]. Target: the larger
-  drain's rate at least 0.8x the smaller's.
+  drain's rate at least 0.8x the smaller's. With ``--million``, a 1,000,000-run drain too (5,000
+  with ``--tiny``), after the others; target (issue 22): its rate at least 0.8x the smallest
+  drain's.
+- **snapshot**: the same worker loop draining 20,000 runs [5,000], each drain on a fresh
+  database, with and without another session holding a REPEATABLE READ transaction open (its
+  snapshot taken by one read of the runs table) for the whole drain, three drains of each side
+  alternating. Target (issue 22): the median rate with the snapshot held at least 0.7x without.
 - **take-back**: 10,000 expired leases [1,000] taken back by two ``AgentRunReaper`` replicas
   ticking concurrently, and by one for comparison. Target: at most 3 s with two replicas.
 - **renewals** over 10,000 leased runs [1,000]: step boundaries through the worker's group
@@ -69,7 +75,7 @@ SUBJECTS = 100_000
 # server's lock table holds only some ten thousand (max_locks_per_transaction 64).
 CHUNK = 5_000
 RENEWERS = 8
-MEASURES = ("queue", "workspaces", "leased", "drain", "takeback", "renewals")
+MEASURES = ("queue", "workspaces", "leased", "drain", "snapshot", "takeback", "renewals")
 
 POPULATE = """
 INSERT INTO agent_run (id, kind, workspace, subject, band, payload, state, epoch, attempt,
@@ -86,6 +92,8 @@ ORDER BY i
 
 EXPIRE = "UPDATE agent_run SET leased_until = now() - interval '1 second' WHERE state = 'leased'"
 EXPIRED_LEFT = "SELECT count(*) FROM agent_run WHERE state = 'leased' AND leased_until < now()"
+# Whether the snapshot holder's transaction holds back the xmin horizon, as it must to count.
+HOLDER_XMIN = "SELECT backend_xmin IS NOT NULL FROM pg_stat_activity WHERE pid = %s"
 
 
 @dataclass(frozen=True)
@@ -98,6 +106,9 @@ class Scale:
     leased_queue: int  # queued runs of the leased axis
     leased: tuple[int, int]  # runs leased before the leased axis's claims
     drains: tuple[int, int]  # runs per drain
+    million: int  # runs of the drain ``--million`` adds
+    snapshot_runs: int  # runs per drain of the snapshot measure
+    snapshot_rounds: int  # drains of each side (held, not held) of the snapshot measure
     expired: int  # expired leases to take back
     renewing: int  # leased runs renewed
     claims: int  # timed single claims per point (a tenth as many batch claims)
@@ -107,16 +118,16 @@ class Scale:
 SCALES = {
     "default": Scale(
         (1_000, 1_000_000), 100_000, (10, 1_000, 10_000), 100_000, (100, 10_000),
-        (10_000, 100_000), 10_000, 10_000, 200, 5.0,
+        (10_000, 100_000), 1_000_000, 20_000, 3, 10_000, 10_000, 200, 5.0,
     ),
     "quick": Scale(
         # The leased axis needs 10,000 due runs to lease and some left to claim: 20,000.
         (1_000, 100_000), 10_000, (10, 1_000, 10_000), 20_000, (100, 10_000),
-        (2_000, 20_000), 1_000, 1_000, 200, 5.0,
+        (2_000, 20_000), 1_000_000, 5_000, 3, 1_000, 1_000, 200, 5.0,
     ),
     "tiny": Scale(
         (1_000, 5_000), 5_000, (10, 100, 1_000), 5_000, (100, 1_000),
-        (500, 2_000), 500, 500, 40, 1.0,
+        (500, 2_000), 5_000, 500, 1, 500, 500, 40, 1.0,
     ),
 }  # fmt: skip
 
@@ -296,26 +307,93 @@ async def leased_axis(server: BenchServer, scale: Scale) -> list[ClaimPoint]:
 class Drain:
     runs: int
     seconds: float
+    prepare_s: float  # filling its queue, untimed by the drain
 
     @property
     def rate(self) -> float:
         return self.runs / self.seconds
 
 
+async def drain(server: BenchServer, jobs: int) -> Drain:
+    """One worker loop drain of ``jobs`` runs on a fresh database."""
+    url = server.create_database("drain")
+    try:
+        started = time.perf_counter()
+        await agentruns_runner.prepare(url, jobs)
+        prepared = time.perf_counter() - started
+        done, seconds = await agentruns_runner.drain_worker_loop(url, concurrency=64)
+    finally:
+        server.drop_database(url)
+    if done != jobs:
+        raise RuntimeError(f"the worker loop drained {done} of {jobs} runs")
+    found = Drain(done, seconds, prepared)
+    print(
+        f"drain: {jobs:,} runs (prepared in {prepared:.1f}s) in {seconds:.1f}s, "
+        f"{found.rate:,.0f} runs/s",
+        flush=True,
+    )
+    return found
+
+
 async def drains(server: BenchServer, scale: Scale) -> list[Drain]:
-    found = []
-    for jobs in scale.drains:
-        url = server.create_database("drain")
-        try:
-            await agentruns_runner.prepare(url, jobs)
+    return [await drain(server, jobs) for jobs in scale.drains]
+
+
+@dataclass
+class SnapshotDrains:
+    """The worker loop's drain rates (runs/s) with another session's REPEATABLE READ snapshot
+    held open for the whole drain, and without, drains of the two sides alternating."""
+
+    runs: int
+    held: list[float] = field(default_factory=list)
+    without: list[float] = field(default_factory=list)
+
+    @property
+    def ratio(self) -> float:
+        base = statistics.median(self.without)
+        return statistics.median(self.held) / base if base else 0.0
+
+
+async def snapshot_drain(server: BenchServer, runs: int, *, held: bool) -> float:
+    """One drain of ``runs`` on a fresh database, prepared as ``drains`` prepares, with (``held``)
+    or without another session holding a REPEATABLE READ snapshot from before the drain starts
+    until it ends; runs/s."""
+    url = server.create_database("snapshot")
+    try:
+        await agentruns_runner.prepare(url, runs)
+        async with await psycopg.AsyncConnection.connect(url, autocommit=True) as holder:
+            if held:
+                # The snapshot is taken by the transaction's first read, after the prepare's
+                # VACUUM: no dead tuple the drain leaves can be pruned or vacuumed until it ends.
+                await holder.execute("BEGIN ISOLATION LEVEL REPEATABLE READ")
+                await holder.execute("SELECT 1 FROM agent_run LIMIT 1")
+                async with await psycopg.AsyncConnection.connect(url, autocommit=True) as probe:
+                    cur = await probe.execute(HOLDER_XMIN, [holder.info.backend_pid])
+                    row = await cur.fetchone()
+                if row is None or not row[0]:
+                    raise RuntimeError("the snapshot holder's transaction holds no xmin")
             done, seconds = await agentruns_runner.drain_worker_loop(url, concurrency=64)
-        finally:
-            server.drop_database(url)
-        if done != jobs:
-            raise RuntimeError(f"the worker loop drained {done} of {jobs} runs")
-        drain = Drain(done, seconds)
-        print(f"drain: {jobs:,} runs in {seconds:.1f}s, {drain.rate:,.0f} runs/s", flush=True)
-        found.append(drain)
+            if held:
+                await holder.execute("ROLLBACK")
+    finally:
+        server.drop_database(url)
+    if done != runs:
+        raise RuntimeError(f"the worker loop drained {done} of {runs} runs")
+    return done / seconds
+
+
+async def snapshot(server: BenchServer, scale: Scale) -> SnapshotDrains:
+    found = SnapshotDrains(scale.snapshot_runs)
+    for round_ in range(scale.snapshot_rounds):
+        for held in (False, True):
+            rate = await snapshot_drain(server, scale.snapshot_runs, held=held)
+            (found.held if held else found.without).append(rate)
+            side = "snapshot held" if held else "no snapshot  "
+            print(
+                f"snapshot: round {round_ + 1}, {side}: {scale.snapshot_runs:,} runs, "
+                f"{rate:,.0f} runs/s",
+                flush=True,
+            )
     return found
 
 
@@ -474,13 +552,16 @@ class Results:
     workspaces: list[ClaimPoint] = field(default_factory=list)
     leased: list[ClaimPoint] = field(default_factory=list)
     drains: list[Drain] = field(default_factory=list)
+    million: Drain | None = None  # with ``--million``
+    snapshot: SnapshotDrains | None = None
     take_backs: list[TakeBack] = field(default_factory=list)
     renewals: Renewals | None = None
 
 
 async def measure(
-    server: BenchServer, scale: Scale, only: set[str], batch: int, max_group: int | None
-) -> Results:
+    server: BenchServer, scale: Scale, only: set[str], batch: int, max_group: int | None,
+    million: bool = False,
+) -> Results:  # fmt: skip
     results = Results(scale)
     if "queue" in only:
         results.queue = await queue_axis(server, scale)
@@ -490,6 +571,10 @@ async def measure(
         results.leased = await leased_axis(server, scale)
     if "drain" in only:
         results.drains = await drains(server, scale)
+        if million:
+            results.million = await drain(server, scale.million)
+    if "snapshot" in only:
+        results.snapshot = await snapshot(server, scale)
     if "takeback" in only:
         results.take_backs = [await take_back(server, scale, n, batch) for n in (2, 1)]
     if "renewals" in only:
@@ -523,6 +608,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--only", type=_only, action="append", help=f"comma-separated, of: {','.join(MEASURES)}"
     )
+    parser.add_argument(
+        "--million",
+        action="store_true",
+        help="add a 1,000,000-run drain to the drain measure (5,000 with --tiny; ~10 min)",
+    )
     parser.add_argument("--claims", type=int, help="timed single claims per point (200)")
     parser.add_argument("--reap-batch", type=int, default=500, help="the reaper's batch (500)")
     parser.add_argument(
@@ -537,11 +627,15 @@ def main(argv: list[str] | None = None) -> int:
     if args.claims:
         scale = replace(scale, claims=args.claims)
     only = set().union(*args.only) if args.only else set(MEASURES)
+    if args.million and "drain" not in only:
+        parser.error("--million adds to the drain measure: include drain in --only")
     started = datetime.now(UTC)
     load_before = _load()
     with bench_server() as server:
         version = f"PostgreSQL {server.settings()['server_version']}"
-        results = asyncio.run(measure(server, scale, only, args.reap_batch, args.max_group))
+        results = asyncio.run(
+            measure(server, scale, only, args.reap_batch, args.max_group, args.million)
+        )
     finished = datetime.now(UTC)
     shown = [arg for arg in (sys.argv[1:] if argv is None else argv) if arg != "--no-write"]
     command = shlex.join(["python", "-m", "bench.depth", *shown])

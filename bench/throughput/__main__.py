@@ -36,21 +36,28 @@ from bench.throughput.report import Row, write_results
 
 Prepare = Callable[[str, int], Awaitable[None]]
 Drain = Callable[[str], Awaitable[tuple[int, float]]]
+# A drain by other processes: (jobs, seconds, their CPU seconds during the drain), since this
+# process's own CPU does not count theirs.
+ProcessDrain = Callable[[str], Awaitable[tuple[int, float, float]]]
 
 
 @dataclass(frozen=True)
 class Setting:
-    """One way to run a contender: how to fill its queue and how to drain it."""
+    """One way to run a contender: how to fill its queue and how to drain it, in this process
+    (``drain``) or in others (``processes``)."""
 
     label: str
     prepare: Prepare
-    drain: Drain
+    drain: Drain | None = None
+    processes: ProcessDrain | None = None
 
 
 @dataclass
 class Contender:
     name: str
-    family: str  # raw-single, raw-batch, agentruns-single, agentruns-batch, procrastinate, pgqueuer
+    # raw-single, raw-batch, agentruns-single, agentruns-batch, agentruns-processes,
+    # agentruns-tenancy, bare-sql, procrastinate, pgqueuer
+    family: str
     settings: list[Setting]
     sweep: bool  # measure only the best setting at N (True) or every setting (False)
     sweep_rates: dict[str, float] = field(default_factory=dict)
@@ -85,6 +92,15 @@ def contenders(selected: set[str]) -> list[Contender]:
             f"worker loop, {concurrency} slots",
             agentruns_runner.prepare,
             lambda url: agentruns_runner.drain_worker_loop(url, concurrency=concurrency),
+        )
+
+    def worker_processes_setting(concurrency: int) -> Setting:
+        return Setting(
+            f"2 processes x worker loop, {concurrency} slots",
+            agentruns_runner.prepare,
+            processes=lambda url: agentruns_runner.drain_worker_processes(
+                url, concurrency=concurrency, processes=2
+            ),
         )
 
     def bare_setting(claimers: int, batch: int) -> Setting:
@@ -135,6 +151,12 @@ def contenders(selected: set[str]) -> list[Contender]:
             sweep=True,
         ),
         Contender(
+            "agentruns, worker loop, two processes",
+            "agentruns-processes",
+            [worker_processes_setting(c) for c in (256, 512)],
+            sweep=True,
+        ),
+        Contender(
             "agentruns, tenancy",
             "agentruns-tenancy",
             [agentruns_setting(8, 10, workspaces=w) for w in (50, 1)],
@@ -163,14 +185,20 @@ def _cpu() -> float:
 
 
 async def measure(server: BenchServer, setting: Setting, jobs: int) -> tuple[float, float]:
-    """One drain on a fresh database: (jobs/s, client CPU seconds per wall second)."""
+    """One drain on a fresh database: (jobs/s, client CPU seconds per wall second; for a drain
+    by other processes, their CPU summed)."""
     url = server.create_database("bench")
     try:
         await setting.prepare(url, jobs)
         gc.collect()
-        cpu = _cpu()
-        done, seconds = await setting.drain(url)
-        cpu = _cpu() - cpu
+        if setting.processes is not None:
+            done, seconds, cpu = await setting.processes(url)
+        elif setting.drain is not None:
+            cpu = _cpu()
+            done, seconds = await setting.drain(url)
+            cpu = _cpu() - cpu
+        else:
+            raise RuntimeError(f"{setting.label}: nothing drains it")
     finally:
         server.drop_database(url)
     if done != jobs:
@@ -254,6 +282,7 @@ def main(argv: list[str] | None = None) -> int:
             "raw-batch",
             "agentruns-single",
             "agentruns-batch",
+            "agentruns-processes",
             "agentruns-tenancy",
             "bare-sql",
             "procrastinate",

@@ -11,14 +11,27 @@ runs per subject, so subject FIFO is exercised.
 The queue is filled with one ``INSERT ... SELECT`` through the adapter's own table and triggers
 (the bookkeeping trigger keeps the subject heads the claim reads), which is what
 ``AgentRuns.enqueue`` writes, N at a time.
+
+``drain_worker_processes`` runs the same worker loop in two (or more) OS processes at once over
+one queue, as a host scaling out on one machine would: each its own ``AgentRuns``, pool and
+``Worker``, started together once every one has warmed its pool.
 """
 
 from __future__ import annotations
 
 import asyncio
+import multiprocessing
+import queue
 import random
-from collections.abc import AsyncIterator, Callable
+import resource
+import time
+import traceback
+from collections.abc import AsyncIterator, Callable, MutableSequence
 from datetime import timedelta
+from functools import partial
+from multiprocessing.context import SpawnProcess
+from multiprocessing.synchronize import Event as ProcessEvent
+from typing import TypeVar
 
 import psycopg
 
@@ -50,6 +63,11 @@ ORDER BY i
 # transaction ends, and a default server's lock table (max_locks_per_transaction 64) holds only
 # some ten thousand of them, so a 100,000-run fill in one statement runs out of shared memory.
 CHUNK = 5_000
+
+# What a worker process answers: its index, then (runs completed, finish time, CPU seconds) or
+# why it failed.
+Answer = tuple[int, tuple[int, float, float] | str]
+T = TypeVar("T")
 
 
 async def one_step(run: AgentRun) -> AsyncIterator[StepEvent]:
@@ -173,6 +191,141 @@ async def drain_worker_loop(
     finally:
         await close_postgres_stores(stores)
     return worker.stats.outcomes.get(RunOutcome.COMPLETED, 0), elapsed
+
+
+def _cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_SELF)
+    return usage.ru_utime + usage.ru_stime
+
+
+async def _loop_in_process(
+    url: str, concurrency: int, index: int, completed: MutableSequence[int], total: int,
+    ready: ProcessEvent, go: ProcessEvent,
+) -> tuple[int, float, float]:  # fmt: skip
+    """One process's worker loop: warm the pool, say so, wait for ``go``, then loop until the
+    processes together have completed ``total`` runs. (runs it completed, the monotonic time it
+    finished, its CPU seconds from ``go`` to then)."""
+    registry = kinds()
+    stores = make_postgres_stores(url, None, pool_size=concurrency + 2)
+    rng = random.Random(index)
+    runs = AgentRuns(stores, registry, rng)
+    worker = Worker(
+        runs, registry, stores.notifier, rng, holder=f"bench-loop-{index}",
+        concurrency=concurrency, poll_interval=0.05,
+    )  # fmt: skip
+    stop = asyncio.Event()
+
+    async def watch() -> None:
+        # Each process publishes its own count in its own slot and stops on the sum: a process
+        # that finds nothing to claim may only be waiting for a subject the other holds.
+        while True:
+            completed[index] = worker.stats.outcomes.get(RunOutcome.COMPLETED, 0)
+            if sum(completed) >= total:
+                break
+            await asyncio.sleep(0.005)
+        stop.set()
+
+    try:
+        async with stores.scope.transaction():
+            pass
+        ready.set()
+        await asyncio.to_thread(go.wait)
+        cpu = _cpu()
+        await asyncio.gather(worker.run(stop), watch())
+        finished = time.monotonic()
+        cpu = _cpu() - cpu
+    finally:
+        await close_postgres_stores(stores)
+    return worker.stats.outcomes.get(RunOutcome.COMPLETED, 0), finished, cpu
+
+
+def _loop_process(
+    url: str, concurrency: int, index: int, completed: MutableSequence[int], total: int,
+    ready: ProcessEvent, go: ProcessEvent, results: multiprocessing.Queue[Answer],
+) -> None:  # fmt: skip
+    """A worker process's entry point: its loop's result, or its failure, onto ``results``."""
+    try:
+        answer = asyncio.run(_loop_in_process(url, concurrency, index, completed, total, ready, go))
+    except Exception as error:
+        traceback.print_exc()
+        results.put((index, f"{type(error).__name__}: {error}"))
+    else:
+        results.put((index, answer))
+
+
+def _wait_for(what: Callable[[], T | None], children: list[SpawnProcess], *, ready: bool) -> T:
+    """Call ``what`` (a wait of one second at most) until it answers; fail if a child died (or,
+    while waiting for them to be ``ready``, exited at all: it answers why on the results)."""
+    while True:
+        answer = what()
+        if answer is not None:
+            return answer
+        dead = [
+            child.name
+            for child in children
+            if child.exitcode is not None and (ready or child.exitcode != 0)
+        ]
+        if dead:
+            raise RuntimeError(f"worker process(es) {', '.join(dead)} exited (see stderr)")
+
+
+def _set(event: ProcessEvent) -> bool | None:
+    return True if event.wait(1.0) else None
+
+
+def _result(results: multiprocessing.Queue[Answer]) -> Answer | None:
+    try:
+        return results.get(timeout=1.0)
+    except queue.Empty:
+        return None
+
+
+async def drain_worker_processes(
+    url: str, *, concurrency: int, processes: int = 2
+) -> tuple[int, float, float]:
+    """``processes`` worker OS processes (spawned), each one ``Worker.run`` loop with
+    ``concurrency`` slots, draining the same queue at once. Timed from the moment all are told
+    to start (each has its pool warm) until the last one has seen every run completed:
+    (runs completed, seconds, the processes' CPU seconds summed over that time)."""
+    context = multiprocessing.get_context("spawn")
+    total = await remaining(url)
+    completed = context.RawArray("q", processes)
+    ready = [context.Event() for _ in range(processes)]
+    go = context.Event()
+    results: multiprocessing.Queue[Answer] = context.Queue()
+    children = [
+        context.Process(
+            target=_loop_process,
+            args=(url, concurrency, n, completed, total, ready[n], go, results),
+            name=f"bench-loop-{n}",
+            daemon=True,
+        )
+        for n in range(processes)
+    ]
+    for child in children:
+        child.start()
+    try:
+        for event in ready:
+            await asyncio.to_thread(_wait_for, partial(_set, event), children, ready=True)
+        started = time.monotonic()
+        go.set()
+        found: dict[int, tuple[int, float, float]] = {}
+        while len(found) < processes:
+            index, answer = await asyncio.to_thread(
+                _wait_for, partial(_result, results), children, ready=False
+            )
+            if isinstance(answer, str):
+                raise RuntimeError(f"worker process {index} failed: {answer}")
+            found[index] = answer
+    finally:
+        for child in children:
+            await asyncio.to_thread(child.join, 30.0)
+            if child.is_alive():
+                child.kill()
+    done = sum(answer[0] for answer in found.values())
+    finished = max(answer[1] for answer in found.values())
+    cpu = sum(answer[2] for answer in found.values())
+    return done, finished - started, cpu
 
 
 async def remaining(url: str) -> int:

@@ -36,6 +36,13 @@ TARGETS = (
     Target("worker loop vs PgQueuer at its best", "agentruns-batch", "pgqueuer", 1.0),
     Target("worker loop vs raw SQL batch of 10", "agentruns-batch", "raw-batch", 0.5),
     Target("worker loop vs Procrastinate at its best", "agentruns-batch", "procrastinate", 5.0),
+    # Two worker OS processes on one queue: what a host gets by scaling out on one machine.
+    Target(
+        "worker loop, two worker processes, vs raw SQL batch of 10",
+        "agentruns-processes",
+        "raw-batch",
+        0.8,
+    ),
     Target(
         "single claims, no-step runs, vs raw single claim", "agentruns-single", "raw-single", 0.5
     ),
@@ -130,7 +137,8 @@ def write_results(
         "",
         "Ratios divide by the best raw setting of each form (single claim; batch of 10). "
         "Client CPU is the bench process's CPU seconds per wall second during the drain "
-        "(1.00 = one core busy in Python).",
+        "(1.00 = one core busy in Python); for the two worker processes, both processes' CPU "
+        "summed (2.00 = two cores).",
         "",
         "### Targets (ratios from this run)",
         "",
