@@ -34,7 +34,7 @@ class Target:
 
 TARGETS = (
     Target("worker loop vs PgQueuer at its best", "agentruns-batch", "pgqueuer", 1.0),
-    Target("worker loop vs raw SQL batch of 10", "agentruns-batch", "raw-batch", 0.5),
+    Target("worker loop vs raw SQL batch of 10", "agentruns-batch", "raw-batch", 0.6),
     Target("worker loop vs Procrastinate at its best", "agentruns-batch", "procrastinate", 5.0),
     # Two worker OS processes on one queue: what a host gets by scaling out on one machine.
     Target(
