@@ -99,8 +99,9 @@ async def prepare(
     workspaces: int = WORKSPACES,
     steps: int = 1,
     runs_per_subject: int = RUNS_PER_SUBJECT,
+    revision: str = "head",
 ) -> None:
-    await asyncio.to_thread(migrate, url)
+    await asyncio.to_thread(migrate, url, revision)
     subjects = max(1, jobs // runs_per_subject)
     kind = KIND if steps else NO_STEP_KIND
     async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
