@@ -205,6 +205,27 @@ async def test_a_group_of_step_boundaries_looks_each_run_up_by_key(postgres_url:
     assert before == after, (before, after)
 
 
+def test_a_purge_batch_deletes_its_runs_by_key_on_its_generic_plan(postgres_url: str) -> None:
+    """Each batch of a purge finds its ended runs by their end time and deletes them by key. On
+    its generic plan the batch's LIMIT is a parameter the planner guesses at a tenth of the runs
+    the end time might match: on a table of mostly ended runs, as a host's is, a delete joined
+    to that guess read the whole runs table for every batch (about 4 s a batch of 1,000 at
+    10,000,000 runs, `bench.purge`)."""
+    with psycopg.connect(postgres_url, autocommit=True) as raw:
+        populate(raw, queued=1_000, workspaces=50, subjects=1_000, ended=30_000)  # and ANALYZE
+        query, values = bound(
+            statements.PURGE, {"ended_before": "2999-01-01T00:00:00+00:00", "limit": 1000}
+        )
+        scans = "SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'agent_run'"
+        with raw.transaction(force_rollback=True):
+            raw.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            before = raw.execute(scans).fetchone()
+            purged = raw.execute(query, values).fetchall()
+            after = raw.execute(scans).fetchone()
+    assert len(purged) == 1000
+    assert before == after, (before, after)
+
+
 def _plan_cost(document: Any) -> tuple[float, bool]:
     plan = (document if isinstance(document, list) else json.loads(document))[0]
     return float(plan["Plan"]["Total Cost"]), "JIT" in plan

@@ -413,7 +413,9 @@ SELECT {_FAILURE_COLUMNS} FROM agent_run_failure WHERE run_id = :run_id ORDER BY
 """)
 
 # A purged run's key goes with it, unless the key names a later run already (ADRs/0024), and
-# its signals go with it (ADRs/0025).
+# its signals go with it (ADRs/0025). The batch is deleted by key from an array: on the generic
+# plan a join to `doomed` is planned on a guess of the LIMIT (a tenth of the ended runs), which
+# on a table of mostly ended runs is a scan of every run per batch.
 PURGE = statement("""
 WITH doomed AS (
     SELECT id FROM agent_run
@@ -422,7 +424,7 @@ WITH doomed AS (
     FOR UPDATE SKIP LOCKED
 ),
 gone AS (
-    DELETE FROM agent_run WHERE id IN (SELECT id FROM doomed)
+    DELETE FROM agent_run WHERE id = ANY (ARRAY(SELECT id FROM doomed))
     RETURNING id, workspace, enqueue_key
 ),
 keys AS (
