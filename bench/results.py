@@ -21,6 +21,7 @@ ORDER = (
     "limits",
     "usage",
     "conversations",
+    "purge",
     "faults",
     "console",
     "analysis",
