@@ -71,7 +71,9 @@ async def _claimer(url: str, batch: int, holder: str) -> int:
                     await settle_conn.execute(
                         APPEND, {**fence, "type": "step", "data": Jsonb({})}, prepare=True
                     )
-                    await settle_conn.execute(END, {**fence, "reason": "completed"}, prepare=True)
+                    await settle_conn.execute(
+                        END, {**fence, "reason": "completed", "result": None}, prepare=True
+                    )
             done += len(claimed)
     finally:
         await claim_conn.close()
