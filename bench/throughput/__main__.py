@@ -13,7 +13,6 @@ import asyncio
 import gc
 import logging
 import platform
-import resource
 import shlex
 import subprocess
 import sys
@@ -179,11 +178,6 @@ def contenders(selected: set[str]) -> list[Contender]:
     return [c for c in every if not selected or c.family in selected]
 
 
-def _cpu() -> float:
-    usage = resource.getrusage(resource.RUSAGE_SELF)
-    return usage.ru_utime + usage.ru_stime
-
-
 async def measure(server: BenchServer, setting: Setting, jobs: int) -> tuple[float, float]:
     """One drain on a fresh database: (jobs/s, client CPU seconds per wall second; for a drain
     by other processes, their CPU summed)."""
@@ -194,9 +188,9 @@ async def measure(server: BenchServer, setting: Setting, jobs: int) -> tuple[flo
         if setting.processes is not None:
             done, seconds, cpu = await setting.processes(url)
         elif setting.drain is not None:
-            cpu = _cpu()
+            cpu = agentruns_runner.process_cpu()
             done, seconds = await setting.drain(url)
-            cpu = _cpu() - cpu
+            cpu = agentruns_runner.process_cpu() - cpu
         else:
             raise RuntimeError(f"{setting.label}: nothing drains it")
     finally:

@@ -37,6 +37,7 @@ import psycopg
 
 from agentruns.adapters.postgres import close_postgres_stores, make_postgres_stores, migrate
 from agentruns.app.kinds import RunKind, RunKinds, StepEvent
+from agentruns.app.ports import Stores
 from agentruns.app.runs import AgentRuns
 from agentruns.app.worker import Worker
 from agentruns.domain.kinds import RunKindPolicy
@@ -156,6 +157,19 @@ async def drain(url: str, *, claimers: int, batch: int, shared: bool = False) ->
     return completed, elapsed
 
 
+def _loop_worker(
+    url: str, concurrency: int, holder: str, rng: random.Random, registry: RunKinds
+) -> tuple[Stores, Worker]:
+    """The worker loop's stores (a pool for every slot) and its ``Worker``."""
+    stores = make_postgres_stores(url, None, pool_size=concurrency + 2)
+    runs = AgentRuns(stores, registry, rng)
+    worker = Worker(
+        runs, registry, stores.notifier, rng, holder=holder, concurrency=concurrency,
+        poll_interval=0.05,
+    )  # fmt: skip
+    return stores, worker
+
+
 async def drain_worker_loop(
     url: str,
     *,
@@ -165,14 +179,7 @@ async def drain_worker_loop(
     """One ``Worker.run`` loop with ``concurrency`` slots: it claims as many runs as it has free
     slots in one statement (batch claims) and drives them as tasks. Timed until every run has
     completed."""
-    registry = kinds(step)
-    stores = make_postgres_stores(url, None, pool_size=concurrency + 2)
-    rng = random.Random(0)
-    runs = AgentRuns(stores, registry, rng)
-    worker = Worker(
-        runs, registry, stores.notifier, rng, holder="bench-loop", concurrency=concurrency,
-        poll_interval=0.05,
-    )  # fmt: skip
+    stores, worker = _loop_worker(url, concurrency, "bench-loop", random.Random(0), kinds(step))
     total = await remaining(url)
     stop = asyncio.Event()
 
@@ -194,7 +201,8 @@ async def drain_worker_loop(
     return worker.stats.outcomes.get(RunOutcome.COMPLETED, 0), elapsed
 
 
-def _cpu() -> float:
+def process_cpu() -> float:
+    """This process's CPU seconds so far (user and system)."""
     usage = resource.getrusage(resource.RUSAGE_SELF)
     return usage.ru_utime + usage.ru_stime
 
@@ -206,14 +214,9 @@ async def _loop_in_process(
     """One process's worker loop: warm the pool, say so, wait for ``go``, then loop until the
     processes together have completed ``total`` runs. (runs it completed, the monotonic time it
     finished, its CPU seconds from ``go`` to then)."""
-    registry = kinds()
-    stores = make_postgres_stores(url, None, pool_size=concurrency + 2)
-    rng = random.Random(index)
-    runs = AgentRuns(stores, registry, rng)
-    worker = Worker(
-        runs, registry, stores.notifier, rng, holder=f"bench-loop-{index}",
-        concurrency=concurrency, poll_interval=0.05,
-    )  # fmt: skip
+    stores, worker = _loop_worker(
+        url, concurrency, f"bench-loop-{index}", random.Random(index), kinds()
+    )
     stop = asyncio.Event()
 
     async def watch() -> None:
@@ -231,10 +234,10 @@ async def _loop_in_process(
             pass
         ready.set()
         await asyncio.to_thread(go.wait)
-        cpu = _cpu()
+        cpu = process_cpu()
         await asyncio.gather(worker.run(stop), watch())
         finished = time.monotonic()
-        cpu = _cpu() - cpu
+        cpu = process_cpu() - cpu
     finally:
         await close_postgres_stores(stores)
     return worker.stats.outcomes.get(RunOutcome.COMPLETED, 0), finished, cpu
