@@ -1,10 +1,11 @@
 """A schema as PostgreSQL's catalogue prints it, and the schema the ``ddl/`` files declare.
 
-``catalogue`` reads every column, constraint, index, function, trigger, composite type, sequence
-and table setting of one schema, each as PostgreSQL itself prints its definition
-(``pg_get_functiondef``, ``pg_get_triggerdef``, ``pg_get_indexdef``, ``pg_get_constraintdef``),
-with runs of whitespace made one space. ``declare`` builds a schema the way a reader of the
-files would: the tables from the SQLAlchemy metadata, then each file of ``ddl/`` as written.
+``catalogue`` reads every column, constraint, index, function, trigger, composite type, sequence,
+view and table setting of one schema, each as PostgreSQL itself prints its definition
+(``pg_get_functiondef``, ``pg_get_triggerdef``, ``pg_get_indexdef``, ``pg_get_constraintdef``,
+``pg_get_viewdef``), with runs of whitespace made one space. ``declare`` builds a schema the way
+a reader of the files would: the tables from the SQLAlchemy metadata, then each file of ``ddl/``
+as written.
 Two databases with equal catalogues have the same schema, whichever way each was built.
 """
 
@@ -77,6 +78,10 @@ _QUERIES = {
         LEFT JOIN pg_class o ON o.oid = d.refobjid
         LEFT JOIN pg_attribute a ON a.attrelid = d.refobjid AND a.attnum = d.refobjsubid
         WHERE n.nspname = %s""",
+    "view": """
+        SELECT c.relname, pg_get_viewdef(c.oid)
+        FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace
+        WHERE n.nspname = %s AND c.relkind = 'v'""",
     "table setting": """
         SELECT c.relname, array_to_string(c.reloptions, ', ')
         FROM pg_class c JOIN pg_namespace n ON n.oid = c.relnamespace

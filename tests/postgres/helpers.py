@@ -31,9 +31,8 @@ WHERE id = %s
 # an administrator would, with the session's user triggers off for the statement.
 RESET = """
 SET session_replication_role = replica;
-TRUNCATE agent_run, agent_run_event, agent_run_failure, review_job, agent_workspace,
-         agent_workspace_delta,
-         agent_budget_hold, agent_run_watch;
+TRUNCATE agent_run, agent_run_history, agent_run_event, agent_run_failure, review_job,
+         agent_workspace, agent_workspace_delta, agent_budget_hold, agent_run_watch;
 SET session_replication_role = origin;
 """
 

@@ -14,6 +14,9 @@ A reaper takes back only the kinds it knows: a run of another kind is left for a
 knows it (only its handler may move its domain row), and the reaper says so once per
 ``orphan_log_every`` with one warning line per such kind, never a traceback. Each take-back is
 recorded on the run as a failed attempt of class ``lease_expired`` (ADRs/0014).
+
+Each tick last moves the runs that ended out of the store's hot path (ADRs/0035), in batches
+that replicas share as they share take-backs.
 """
 
 from __future__ import annotations
@@ -35,6 +38,9 @@ from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
 
 log = logging.getLogger("agentruns.reaper")
+
+# Batches of ended runs one tick moves out of the hot path at most (ADRs/0035).
+_ARCHIVE_BATCHES = 20
 
 
 class _Lost(Exception):
@@ -59,6 +65,8 @@ class ReapReport:
     failed: int = 0
     # Expired leases of kinds this reaper does not know, when it last looked (else 0).
     orphaned: int = 0
+    # Ended runs moved out of the store's hot path (ADRs/0035).
+    archived: int = 0
 
 
 class AgentRunReaper:
@@ -132,6 +140,7 @@ class AgentRunReaper:
             except Exception:
                 counts.failed += 1
                 log.exception("ending an overdue run failed", extra=_context(run))
+        archived = await self._archive(counts)
         return ReapReport(
             taken_back=counts.requeued + counts.ended,
             requeued=counts.requeued,
@@ -140,7 +149,25 @@ class AgentRunReaper:
             lost_races=counts.lost,
             failed=counts.failed,
             orphaned=orphaned,
+            archived=archived,
         )
+
+    async def _archive(self, counts: _Counts) -> int:
+        """Move the runs that ended out of the hot path, a batch per transaction, until a batch
+        comes back short (or ``_ARCHIVE_BATCHES`` were moved: the next tick goes on)."""
+        moved = 0
+        for _ in range(_ARCHIVE_BATCHES):
+            try:
+                async with self._stores.scope.transaction() as tx:
+                    batch = await self._stores.runs.archive(tx, self._batch)
+            except Exception:
+                counts.failed += 1
+                log.exception("moving ended runs failed; retried on the next tick")
+                break
+            moved += batch
+            if batch < self._batch:
+                break
+        return moved
 
     def _count(self, counts: _Counts, after: AgentRun) -> None:
         if after.state is AgentRunState.QUEUED:

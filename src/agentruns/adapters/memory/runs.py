@@ -69,6 +69,9 @@ class MemoryRunStore(RunStore):
         # Each run's signals in delivery order, as agent_run_signal holds them (ADRs/0025).
         self._signals: MemoryTable[UUID, tuple[Signal, ...]] = MemoryTable(database)
         self._signal_seq = itertools.count(1)
+        # The ended runs moved out of the hot path, as agent_run_history holds them (ADRs/0035):
+        # one mapping serves every read here, so only the count a reaper reports depends on it.
+        self._archived: MemoryTable[UUID, bool] = MemoryTable(database)
 
     async def now(self, tx: Transaction) -> datetime:
         self._database.check(tx)
@@ -482,6 +485,20 @@ class MemoryRunStore(RunStore):
             return ()
         return self._failures.get(run_id) or ()
 
+    async def archive(self, tx: Transaction, limit: int) -> int:
+        self._database.check(tx)
+        moved = sorted(
+            (
+                run
+                for run in self.rows.values()
+                if run.state is AgentRunState.ENDED and self._archived.get(run.id) is None
+            ),
+            key=lambda run: run.seq,
+        )[:limit]
+        for run in moved:
+            self._archived.put(tx, run.id, True)
+        return len(moved)
+
     async def purge(self, tx: Transaction, ended_before: datetime, limit: int) -> int:
         self._database.check(tx)
         doomed = [
@@ -498,6 +515,8 @@ class MemoryRunStore(RunStore):
             if run.key is not None and self._keys.get((run.workspace, run.key)) == run_id:
                 self._keys.delete(tx, (run.workspace, run.key))
             self.rows.delete(tx, run_id)
+            if self._archived.get(run_id) is not None:
+                self._archived.delete(tx, run_id)
         return len(doomed)
 
     async def leased_count(self, tx: Transaction, workspace: str) -> int:

@@ -80,9 +80,19 @@ OBJECTS: tuple[Privileges, ...] = (
     ),
     _table(
         "agent_run_failure",
-        ("SELECT", "INSERT"),
-        "failed attempts and take-backs append; a purged run's go by its key's cascade, which "
-        "PostgreSQL runs as the table's owner",
+        ("SELECT", "INSERT", "DELETE"),
+        "failed attempts and take-backs append; the trigger agent_run_gone deletes a purged run's",
+    ),
+    _table(
+        "agent_run_history",
+        _DML,
+        "the reaper moves ended runs here (agent_run_archive), a purge locks (FOR UPDATE needs "
+        "UPDATE) and deletes them; a trigger refuses every rewrite (ADRs/0035)",
+    ),
+    _table(
+        "agent_run_all",
+        _READ,
+        "a view: every read of a run that may have ended (ADRs/0035)",
     ),
     _table(
         "agent_run_signal",
@@ -185,6 +195,13 @@ OBJECTS: tuple[Privileges, ...] = (
     ),
     Privileges(
         "FUNCTION",
+        "agent_run_archive(integer)",
+        ("EXECUTE",),
+        (),
+        "the reaper moves ended runs out of agent_run (ADRs/0035)",
+    ),
+    Privileges(
+        "FUNCTION",
         "agent_lane_fold()",
         (),
         (),
@@ -204,10 +221,12 @@ OBJECTS: tuple[Privileges, ...] = (
             "guard_agent_run",
             "guard_agent_run_event_delete",
             "guard_agent_run_event_insert",
+            "guard_agent_run_history_insert",
             "guard_agent_sandbox",
             "refuse_agent_run_delete",
             "refuse_agent_run_event_rewrite",
             "refuse_agent_run_frozen",
+            "refuse_agent_run_history_rewrite",
             "refuse_agent_run_result",
             "refuse_agent_run_truncate",
             "refuse_agent_sandbox_delete",

@@ -283,7 +283,12 @@ class PostgresRunStore(RunStore):
         return await self._one(tx, sql.GET_RUN, run_id=run_id)
 
     async def lock(self, tx: Tx, run_id: UUID) -> AgentRun | None:
-        return await self._one(tx, sql.LOCK_RUN, run_id=run_id)
+        locked = await self._one(tx, sql.LOCK_RUN, run_id=run_id)
+        if locked is not None:
+            return locked
+        # Not in agent_run: moved to the history (final, so nothing to lock), perhaps by a
+        # move that committed while the lock waited; this statement's snapshot sees it.
+        return await self._one(tx, sql.MOVED_RUN, run_id=run_id)
 
     async def list_runs(self, tx: Tx, query: RunQuery) -> list[AgentRun]:
         filters = {
@@ -608,6 +613,11 @@ class PostgresRunStore(RunStore):
     async def purge(self, tx: Tx, ended_before: datetime, limit: int) -> int:
         rows = await fetch(tx, sql.PURGE, {"ended_before": ended_before, "limit": limit})
         return len(rows)
+
+    async def archive(self, tx: Tx, limit: int) -> int:
+        rows = await fetch(tx, sql.ARCHIVE, {"limit": limit})
+        moved: int = rows[0]["moved"]
+        return moved
 
     async def leased_count(self, tx: Tx, workspace: str) -> int:
         rows = await fetch(tx, sql.LEASED_COUNT, {"workspace": workspace})

@@ -11,6 +11,8 @@ expressions again for every statement (ADRs/0016).
 
 from __future__ import annotations
 
+from typing import Any
+
 from sqlalchemy import (
     BigInteger,
     Boolean,
@@ -150,58 +152,74 @@ agent_budget = Table(
 
 agent_run_seq = Sequence("agent_run_seq", metadata=metadata)
 
+
+def _run_columns(*, ended: bool) -> list[Column[Any]]:
+    """A run's columns, one list for both its homes: ``agent_run`` while it is queued or leased
+    (and until the reaper moves it once it ended), ``agent_run_history`` after (ADRs/0035). The
+    history's ``seq`` is the run's own, copied, with no default."""
+    return [
+        Column("id", UUID(as_uuid=True), primary_key=True),
+        Column("kind", Text, nullable=False),
+        Column("workspace", Text, nullable=False),
+        Column("subject", Text, nullable=False),
+        Column("band", SmallInteger, nullable=False),
+        Column("payload", JSONB, nullable=False),
+        Column("state", Text, nullable=False),
+        Column("epoch", Integer, nullable=False),
+        Column("attempt", Integer, nullable=False),
+        # Queue order; the sequence is owned by agent_run.seq (ddl/runs.sql).
+        Column(
+            "seq",
+            BigInteger,
+            server_default=None if ended else agent_run_seq.next_value(),
+            nullable=False,
+        ),
+        Column("enqueued_at", TZ, nullable=False),
+        Column("due_at", TZ, nullable=False),
+        Column("lease", Interval, nullable=False),
+        Column("deadline_at", TZ),
+        Column("leased_until", TZ),
+        Column("holder", Text),
+        Column("end_reason", Text),
+        Column("ended_at", TZ),
+        Column("continues", UUID(as_uuid=True)),
+        # The newest failure, the enqueuer's trace and the domain-row flag (ADRs/0014).
+        Column("domain_row", Boolean, nullable=False, server_default=text("false")),
+        Column("trace_context", JSONB),
+        Column("last_error_type", Text),
+        Column("last_error", Text),
+        Column("last_failure_class", Text),
+        Column("head", Boolean, nullable=False, server_default=text("false")),
+        Column("claimed_at", TZ),
+        Column("events", Integer, nullable=False, server_default=text("0")),
+        # The enqueue key, written at enqueue only (guard_agent_run_frozen); agent_run_key says
+        # which run a key names now (ADRs/0024).
+        Column("enqueue_key", Text),
+        # What a waiting run waits for (a signal's name; NULL for a sleep) and until when; set by a
+        # wait's give-back, cleared by the signal's wake-up or the wait's resolution (ADRs/0025).
+        Column("waiting_for", Text),
+        Column("waiting_until", TZ),
+        # When the wait began (kept by a resumed wait that parks again), cleared with the two above.
+        Column("waiting_since", TZ),
+        # The JSON value the run ended with (NULL: none), written by the holder's fenced end only
+        # (guard_agent_run_result; ADRs/0026).
+        Column("result", JSONB),
+        # A wait or a sleep whose end has not passed (ADRs/0029): out of the claim's index until
+        # the first claim after its end, or its signal's wake-up, offers it again. Never on a
+        # leased run.
+        Column("parked", Boolean, nullable=False, server_default=text("false")),
+        # The totals of its steps' usage (ADRs/0033), added by the step boundaries that report
+        # usage. Not indexed: the boundary's UPDATE stays a HOT update.
+        Column("input_tokens", BigInteger, nullable=False, server_default=text("0")),
+        Column("output_tokens", BigInteger, nullable=False, server_default=text("0")),
+        Column("cost", Numeric, nullable=False, server_default=text("0")),
+    ]
+
+
 agent_run = Table(
     "agent_run",
     metadata,
-    Column("id", UUID(as_uuid=True), primary_key=True),
-    Column("kind", Text, nullable=False),
-    Column("workspace", Text, nullable=False),
-    Column("subject", Text, nullable=False),
-    Column("band", SmallInteger, nullable=False),
-    Column("payload", JSONB, nullable=False),
-    Column("state", Text, nullable=False),
-    Column("epoch", Integer, nullable=False),
-    Column("attempt", Integer, nullable=False),
-    # Queue order; the sequence is owned by this column (ddl/runs.sql).
-    Column("seq", BigInteger, server_default=agent_run_seq.next_value(), nullable=False),
-    Column("enqueued_at", TZ, nullable=False),
-    Column("due_at", TZ, nullable=False),
-    Column("lease", Interval, nullable=False),
-    Column("deadline_at", TZ),
-    Column("leased_until", TZ),
-    Column("holder", Text),
-    Column("end_reason", Text),
-    Column("ended_at", TZ),
-    Column("continues", UUID(as_uuid=True)),
-    # The newest failure, the enqueuer's trace and the domain-row flag (ADRs/0014).
-    Column("domain_row", Boolean, nullable=False, server_default=text("false")),
-    Column("trace_context", JSONB),
-    Column("last_error_type", Text),
-    Column("last_error", Text),
-    Column("last_failure_class", Text),
-    Column("head", Boolean, nullable=False, server_default=text("false")),
-    Column("claimed_at", TZ),
-    Column("events", Integer, nullable=False, server_default=text("0")),
-    # The enqueue key, written at enqueue only (guard_agent_run_frozen); agent_run_key says which
-    # run a key names now (ADRs/0024).
-    Column("enqueue_key", Text),
-    # What a waiting run waits for (a signal's name; NULL for a sleep) and until when; set by a
-    # wait's give-back, cleared by the signal's wake-up or the wait's resolution (ADRs/0025).
-    Column("waiting_for", Text),
-    Column("waiting_until", TZ),
-    # When the wait began (kept by a resumed wait that parks again), cleared with the two above.
-    Column("waiting_since", TZ),
-    # The JSON value the run ended with (NULL: none), written by the holder's fenced end only
-    # (guard_agent_run_result; ADRs/0026).
-    Column("result", JSONB),
-    # A wait or a sleep whose end has not passed (ADRs/0029): out of the claim's index until the
-    # first claim after its end, or its signal's wake-up, offers it again. Never on a leased run.
-    Column("parked", Boolean, nullable=False, server_default=text("false")),
-    # The totals of its steps' usage (ADRs/0033), added by the step boundaries that report
-    # usage. Not indexed: the boundary's UPDATE stays a HOT update.
-    Column("input_tokens", BigInteger, nullable=False, server_default=text("0")),
-    Column("output_tokens", BigInteger, nullable=False, server_default=text("0")),
-    Column("cost", Numeric, nullable=False, server_default=text("0")),
+    *_run_columns(ended=False),
     CheckConstraint("state IN ('queued', 'leased', 'ended')", name="ck_agent_run_state"),
     CheckConstraint("band BETWEEN 0 AND 2", name="ck_agent_run_band"),
     CheckConstraint("epoch >= 0 AND attempt >= 0", name="ck_agent_run_counts"),
@@ -209,6 +227,21 @@ agent_run = Table(
     CheckConstraint("(state = 'ended') = (end_reason IS NOT NULL)", name="ck_agent_run_end"),
     CheckConstraint(
         "(state <> 'leased' OR head) AND (state <> 'ended' OR NOT head)", name="ck_agent_run_head"
+    ),
+)
+
+# The runs that ended, moved out of agent_run in batches by the reaper (ADRs/0035): the claim,
+# the step boundaries and the ends never read this table or write its indexes (the console's
+# ended-run indexes are here, ddl/history.sql). A run is in one table at a time: the move deletes
+# it from agent_run and inserts it here in one statement, and agent_run_all reads both.
+agent_run_history = Table(
+    "agent_run_history",
+    metadata,
+    *_run_columns(ended=True),
+    CheckConstraint(
+        "state = 'ended' AND end_reason IS NOT NULL AND ended_at IS NOT NULL "
+        "AND leased_until IS NULL AND NOT head",
+        name="ck_agent_run_history_ended",
     ),
 )
 
@@ -278,32 +311,24 @@ agent_usage = Table(
 
 # One row per watcher of a run (ADRs/0030): while a run has one, its commits are announced on
 # channel agent_run_watch (ddl/watch.sql). The watcher removes its row when it stops; a purged
-# run's rows go with it.
+# run's rows go with it. No foreign key: a run moves to agent_run_history when it ended, and its
+# watchers, like its failures, stay with it (agent_run_gone, agent_run_history_gone).
 agent_run_watch = Table(
     "agent_run_watch",
     metadata,
-    Column(
-        "run_id",
-        UUID(as_uuid=True),
-        ForeignKey("agent_run.id", ondelete="CASCADE"),
-        nullable=False,
-    ),
+    Column("run_id", UUID(as_uuid=True), nullable=False),
     Column("watcher", UUID(as_uuid=True), nullable=False),
     Column("since", TZ, nullable=False),
     PrimaryKeyConstraint("run_id", "watcher"),
 )
 
-# One row per failed attempt, kept for the run's life (ADRs/0014).
+# One row per failed attempt, kept for the run's life (ADRs/0014), in whichever table the run is
+# (no foreign key: see agent_run_watch).
 agent_run_failure = Table(
     "agent_run_failure",
     metadata,
     Column("id", BigInteger, Identity(always=True), primary_key=True),
-    Column(
-        "run_id",
-        UUID(as_uuid=True),
-        ForeignKey("agent_run.id", ondelete="CASCADE"),
-        nullable=False,
-    ),
+    Column("run_id", UUID(as_uuid=True), nullable=False),
     Column("epoch", Integer, nullable=False),
     Column("attempt", Integer, nullable=False),
     Column("holder", Text),

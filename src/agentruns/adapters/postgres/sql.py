@@ -128,13 +128,20 @@ WHERE workspace = :workspace AND subject = :subject AND (head OR state = 'queued
 ORDER BY seq
 """)
 
+# A run that may have ended is read from agent_run_all: it is in agent_run, or, once the reaper
+# moved it, in agent_run_history (ADRs/0035); one key probe in each.
 GET_RUN = statement(
     f"SELECT {RUN_COLUMNS}, enqueue_key, waiting_for, waiting_until, waiting_since, result, "
     f"input_tokens, output_tokens, cost, {NOW} AS now "
-    "FROM agent_run WHERE id = :run_id"
+    "FROM agent_run_all WHERE id = :run_id"
 )
 
 LOCK_RUN = statement(f"SELECT {RUN_COLUMNS} FROM agent_run WHERE id = :run_id FOR UPDATE")
+
+# A run LOCK_RUN did not find may have ended and moved (ADRs/0035): it is read where it rests,
+# unlocked (nothing rewrites a run there), in a statement of its own, whose snapshot sees a move
+# that committed while the lock waited.
+MOVED_RUN = statement(f"SELECT {RUN_COLUMNS} FROM agent_run_history WHERE id = :run_id")
 
 REQUIRE_CURRENT = statement(f"""
 WITH clock AS (SELECT {NOW} AS now)
@@ -400,42 +407,63 @@ RETURNING {_FAILURE_COLUMNS}
 """)
 
 CONTINUATION_OF = statement(f"""
-SELECT {RUN_COLUMNS} FROM agent_run WHERE continues = :run_id ORDER BY seq LIMIT 1
+SELECT {RUN_COLUMNS} FROM agent_run_all WHERE continues = :run_id ORDER BY seq LIMIT 1
 """)
 
 # An id prefix is the range of ids it covers: the primary key's index, never a text scan.
 IDS_BETWEEN = statement("""
-SELECT id FROM agent_run WHERE id BETWEEN :low AND :high ORDER BY id LIMIT :limit
+SELECT id FROM agent_run_all WHERE id BETWEEN :low AND :high ORDER BY id LIMIT :limit
 """)
 
 LIST_FAILURES = statement(f"""
 SELECT {_FAILURE_COLUMNS} FROM agent_run_failure WHERE run_id = :run_id ORDER BY id
 """)
 
+# The ended runs the reaper moved from agent_run in one statement, at most :limit, first in
+# queue order (ADRs/0035): the function agent_run_archive (ddl/history.sql).
+ARCHIVE = statement("SELECT agent_run_archive(:limit) AS moved")
+
 # A purged run's key goes with it, unless the key names a later run already (ADRs/0024), and
-# its signals go with it (ADRs/0025). The batch is deleted by key from an array: on the generic
-# plan a join to `doomed` is planned on a guess of the LIMIT (a tenth of the ended runs), which
-# on a table of mostly ended runs is a scan of every run per batch.
+# its signals go with it (ADRs/0025); its events, failures and watchers go with it through
+# agent_run_gone (ddl/history.sql). The batch is taken from the history by end time, and, when
+# that leaves room in it, from the ended runs agent_run still has (those the reaper has not
+# moved yet, or all of them where a host's foreign key keeps them there, ADRs/0035), in queue
+# order. Each is deleted by key from an array: on the generic plan a join to the batch is planned
+# on a guess of the LIMIT (a tenth of the ended runs), which on a table of mostly ended runs is a
+# scan of every run per batch.
 PURGE = statement("""
-WITH doomed AS (
-    SELECT id FROM agent_run
-    WHERE state = 'ended' AND ended_at < :ended_before
+WITH doomed AS MATERIALIZED (
+    SELECT id FROM agent_run_history
+    WHERE ended_at < :ended_before
     ORDER BY ended_at LIMIT :limit
     FOR UPDATE SKIP LOCKED
 ),
+unmoved AS (
+    SELECT id FROM agent_run
+    WHERE state = 'ended' AND ended_at < :ended_before
+    ORDER BY seq LIMIT GREATEST(:limit - (SELECT count(*) FROM doomed), 0)
+    FOR UPDATE SKIP LOCKED
+),
 gone AS (
-    DELETE FROM agent_run WHERE id = ANY (ARRAY(SELECT id FROM doomed))
+    DELETE FROM agent_run_history WHERE id = ANY (ARRAY(SELECT id FROM doomed))
     RETURNING id, workspace, enqueue_key
 ),
+gone_unmoved AS (
+    DELETE FROM agent_run WHERE id = ANY (ARRAY(SELECT id FROM unmoved))
+    RETURNING id, workspace, enqueue_key
+),
+purged AS (
+    SELECT * FROM gone UNION ALL SELECT * FROM gone_unmoved
+),
 keys AS (
-    DELETE FROM agent_run_key k USING gone
-    WHERE gone.enqueue_key IS NOT NULL AND k.workspace = gone.workspace
-      AND k.key = gone.enqueue_key AND k.run_id = gone.id
+    DELETE FROM agent_run_key k USING purged
+    WHERE purged.enqueue_key IS NOT NULL AND k.workspace = purged.workspace
+      AND k.key = purged.enqueue_key AND k.run_id = purged.id
 ),
 signals AS (
-    DELETE FROM agent_run_signal s USING gone WHERE s.run_id = gone.id
+    DELETE FROM agent_run_signal s USING purged WHERE s.run_id = purged.id
 )
-SELECT id FROM gone
+SELECT id FROM purged
 """)
 
 # The read API (AgentRuns.list_runs): newest first, keyset-paged on the queue order. One text per
@@ -443,7 +471,10 @@ SELECT id FROM gone
 # for NULL (ADRs/0011: every statement runs on its generic plan). The runs of each state are a
 # branch of their own whose state is written out, so each branch reads its state's partial
 # indexes in queue order and the first page of the three gives the page (ADRs/0018): the console's
-# indexes are written only when a row enters their state, never by a renewal.
+# indexes are written only when a row enters their state, never by a renewal. The runs are read
+# from agent_run_all: a queued or leased branch reads agent_run alone (the history's CHECK leaves
+# it out), the ended branch merges the ended runs agent_run still has with the history's
+# (ADRs/0035).
 _LIST_FILTERS = {
     "workspace": "workspace = :workspace",
     "subject": "subject = :subject",
@@ -485,12 +516,12 @@ def _list_runs(filters: frozenset[str], state: str | None, success: bool | None)
         states = list(LIST_STATES) if state is None else [state]
     branches = [
         f"SELECT {RUN_COLUMNS}, enqueue_key, waiting_for, waiting_until, waiting_since, result, "
-        "input_tokens, output_tokens, cost FROM agent_run WHERE "
+        "input_tokens, output_tokens, cost FROM agent_run_all WHERE "
         + " AND ".join([f"state = '{name}'", *where])
         for name in states
     ] or [
         f"SELECT {RUN_COLUMNS}, enqueue_key, waiting_for, waiting_until, waiting_since, result, "
-        "input_tokens, output_tokens, cost FROM agent_run WHERE false"
+        "input_tokens, output_tokens, cost FROM agent_run_all WHERE false"
     ]
     if len(branches) == 1:
         return statement(f"{branches[0]}\nORDER BY seq DESC LIMIT :limit")
@@ -506,11 +537,11 @@ SELECT * FROM (
 """)
 
 
-# A watcher's row (ADRs/0030): inserted only for a run that exists (no row back: RunNotFound),
-# so its key's check is the run's; its time is when it began, for an operator, not a decision.
+# A watcher's row (ADRs/0030): inserted only for a run that exists, wherever it is (no row back:
+# RunNotFound); its time is when it began, for an operator, not a decision.
 WATCH = statement("""
 INSERT INTO agent_run_watch (run_id, watcher, since)
-SELECT id, :watcher, now() FROM agent_run WHERE id = :run_id
+SELECT id, :watcher, now() FROM agent_run_all WHERE id = :run_id
 RETURNING run_id
 """)
 

@@ -38,7 +38,7 @@ from agentruns.domain.termination import TerminationReason
 
 STATUS_COUNTS = statement("""
 SELECT state, band, workspace, end_reason, count(*) AS runs
-FROM agent_run GROUP BY state, band, workspace, end_reason
+FROM agent_run_all GROUP BY state, band, workspace, end_reason
 ORDER BY state, band, workspace, end_reason NULLS FIRST
 """)
 
@@ -59,12 +59,12 @@ GROUP BY kind ORDER BY kind
 """)
 
 ENDED_BEFORE = statement(f"""
-SELECT count(*) AS runs FROM agent_run
+SELECT count(*) AS runs FROM agent_run_all
 WHERE state = 'ended' AND ended_at < {NOW} - CAST(:older_than AS interval)
 """)
 
 LIST_RUNS = statement(f"""
-SELECT {RUN_COLUMNS} FROM agent_run
+SELECT {RUN_COLUMNS} FROM agent_run_all
 WHERE (CAST(:state AS text) IS NULL OR state = CAST(:state AS text))
   AND (CAST(:holder AS text) IS NULL OR holder = CAST(:holder AS text))
 ORDER BY seq LIMIT :limit
@@ -76,7 +76,7 @@ GROUP BY workspace, subject HAVING count(*) > 1 ORDER BY workspace, subject
 """)
 
 UNSETTLED = statement("""
-SELECT count(*) AS runs FROM agent_run
+SELECT count(*) AS runs FROM agent_run_all
 WHERE NOT ((state = 'ended' AND end_reason IS NOT NULL)
         OR (state = 'queued' AND due_at IS NOT NULL)
         OR (state = 'leased' AND leased_until IS NOT NULL))
@@ -85,7 +85,9 @@ WHERE NOT ((state = 'ended' AND end_reason IS NOT NULL)
 
 # The console's overview (ADRs/0018). Each state is read through its own partial indexes: queued
 # runs by an index-only scan of the console's queued index, leased runs (few) by theirs, runs
-# ended within the window by the end-time index, failed attempts by their time.
+# ended within the window by the history's end-time index (and the few ended runs agent_run still
+# has, ADRs/0035: every read that may meet an ended run reads agent_run_all), failed attempts by
+# their time.
 OVERVIEW_LIVE = statement("""
 SELECT 'queued' AS state, band, kind, count(*) AS runs FROM agent_run
 WHERE state = 'queued' GROUP BY band, kind
@@ -96,7 +98,7 @@ WHERE state = 'leased' GROUP BY band, kind
 
 OVERVIEW_ENDED = statement("""
 SELECT band, kind, end_reason, date_trunc('minute', ended_at) AS minute, count(*) AS runs
-FROM agent_run WHERE state = 'ended' AND ended_at >= :since
+FROM agent_run_all WHERE state = 'ended' AND ended_at >= :since
 GROUP BY band, kind, end_reason, date_trunc('minute', ended_at)
 """)
 
@@ -104,7 +106,7 @@ OVERVIEW_FAILURES = statement(f"""
 SELECT date_trunc('minute', f.recorded_at) AS minute,
        count(*) FILTER (WHERE f.failure_class = '{LOST_LEASE_CLASS}') AS lost,
        count(*) FILTER (WHERE NOT (r.state = 'ended' AND r.epoch = f.epoch)) AS requeued
-FROM agent_run_failure f JOIN agent_run r ON r.id = f.run_id
+FROM agent_run_failure f JOIN agent_run_all r ON r.id = f.run_id
 WHERE f.recorded_at >= :since
 GROUP BY date_trunc('minute', f.recorded_at)
 """)
@@ -116,7 +118,7 @@ WITH claimed AS MATERIALIZED (
     SELECT band, claimed_at, due_at, true AS waited FROM agent_run
     WHERE state = 'leased' AND claimed_at >= :since
     UNION ALL
-    SELECT band, claimed_at, due_at, true AS waited FROM agent_run
+    SELECT band, claimed_at, due_at, true AS waited FROM agent_run_all
     WHERE state = 'ended' AND ended_at >= :since AND claimed_at >= :since
     UNION ALL
     SELECT band, claimed_at, due_at, false AS waited FROM agent_run

@@ -2,7 +2,7 @@
 -- or once it has ended (ADRs/0016). There is no foreign key to the run: its check locked the run
 -- row for every event (about a tenth of a step boundary's cost). The insert guard reads each new
 -- event's run to fence it anyway, and refuses an event whose run does not exist; a deleted run's
--- events go with it through agent_run_gone, as the key's cascade took them.
+-- events go with it through agent_run_gone (history.sql), as the key's cascade took them.
 
 CREATE FUNCTION refuse_agent_run_event_rewrite() RETURNS trigger LANGUAGE plpgsql
 SET search_path FROM CURRENT
@@ -101,16 +101,3 @@ $$;
 CREATE TRIGGER guard_agent_run_event_delete AFTER DELETE ON agent_run_event
     REFERENCING OLD TABLE AS gone
     FOR EACH STATEMENT EXECUTE FUNCTION guard_agent_run_event_delete();
-
-CREATE FUNCTION agent_run_gone() RETURNS trigger LANGUAGE plpgsql
-SET jit = off
-SET search_path FROM CURRENT
-AS $$
-BEGIN
-    DELETE FROM agent_run_event e WHERE e.run_id IN (SELECT g.id FROM gone_runs g);
-    RETURN NULL;
-END
-$$;
-
-CREATE TRIGGER agent_run_gone AFTER DELETE ON agent_run REFERENCING OLD TABLE AS gone_runs
-    FOR EACH STATEMENT EXECUTE FUNCTION agent_run_gone();
