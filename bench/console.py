@@ -93,6 +93,8 @@ def populate(url: str, runs: int) -> None:
             connection.execute("ALTER TABLE agent_run_event ENABLE TRIGGER USER")
             # The heads and lanes the triggers would have kept (bench/population.py's way).
             connection.execute(BOOKKEEPING)
+        # Where the reaper leaves ended runs (ADRs/0035): the console reads them there.
+        connection.execute("SELECT agent_run_archive(NULL)")
         connection.execute("VACUUM ANALYZE")
 
 

@@ -3,11 +3,13 @@
     .venv/bin/python -m bench.cpu_split [--jobs 15000]
 
 Drains the throughput bench's queue (one step per run, 50 workspaces) with the worker loop
-(1,024 slots), and the raw SQL queue with 8 connections and batches of 10, each on a fresh database
-of the embedded server, and reports per drained run: wall time, the whole machine's CPU
-(``/proc/stat``), the bench process's share of it, the WAL the server wrote (records and bytes),
-and the server time spent in each of agentruns' PL/pgSQL functions (the claim and the triggers:
-``track_functions = 'all'``; the statements' own executor time is not in it).
+(1,024 slots; alone, then with a reaper ticking every second beside it, which moves the ended runs
+to ``agent_run_history`` as a replica's would: ADRs/0035), and the raw SQL queue with 8
+connections and batches of 10, each on a fresh database of the embedded server, and reports
+per drained run: wall time, the whole machine's CPU (``/proc/stat``), the bench process's share
+of it, the WAL the server wrote (records and bytes), and the server time spent in each of
+agentruns' PL/pgSQL functions (the claim and the triggers: ``track_functions = 'all'``; the
+statements' own executor time is not in it).
 
 A profile, not a bench with a target: run it alone, and say the load average with its figures.
 For the client side, run it under ``py-spy record -o profile.svg -- python -m bench.cpu_split``.
@@ -107,6 +109,13 @@ async def main_async(jobs: int) -> None:
             "agentruns worker loop, 1024 slots",
             agentruns_runner.prepare,
             lambda url: agentruns_runner.drain_worker_loop(url, concurrency=1024),
+            jobs,
+        )
+        await split(
+            server,
+            "agentruns worker loop, 1024 slots, a reaper ticking every second beside it",
+            agentruns_runner.prepare,
+            lambda url: agentruns_runner.drain_worker_loop(url, concurrency=1024, reaper_every=1.0),
             jobs,
         )
         await split(

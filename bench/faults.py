@@ -173,7 +173,7 @@ WAITS = """
 WITH w AS (
     SELECT id, state = 'ended' AND end_reason = 'completed' AS completed,
            'go-' || id::text AS signal_id
-    FROM agent_run WHERE kind = 'fault-waiting'
+    FROM agent_run_all WHERE kind = 'fault-waiting'
 ), sig AS (
     SELECT run_id, count(*) AS signals FROM agent_run_signal GROUP BY 1
 ), rec AS (
@@ -340,7 +340,7 @@ class Signaller:
         runs = AgentRuns(stores, RunKinds(), random.Random(self.config.seed))
         try:
             rows = await self.link.query(
-                "SELECT id::text FROM agent_run WHERE kind = 'fault-waiting' "
+                "SELECT id::text FROM agent_run_all WHERE kind = 'fault-waiting' "
                 "ORDER BY (payload->>'n')::int"
             )
             self.stats.runs = len(rows)
@@ -371,7 +371,7 @@ class Signaller:
     async def _look(self) -> None:
         """Schedule the first delivery of each run seen parked on ``go``."""
         for (run,) in await self.link.query(
-            "SELECT id::text FROM agent_run WHERE kind = 'fault-waiting' AND state = 'queued' "
+            "SELECT id::text FROM agent_run_all WHERE kind = 'fault-waiting' AND state = 'queued' "
             "AND waiting_for = 'go'"
         ):
             if run not in self._scheduled:
@@ -383,7 +383,7 @@ class Signaller:
         if run not in self._first_done:
             self._first_done.add(run)
             ((parked,),) = await self.link.query(
-                "SELECT waiting_for IS NOT DISTINCT FROM 'go' FROM agent_run WHERE id = %(id)s",
+                "SELECT waiting_for IS NOT DISTINCT FROM 'go' FROM agent_run_all WHERE id = %(id)s",
                 {"id": run},
             )
             if parked:
@@ -466,18 +466,18 @@ class FaultRun:
         returns how many runs have ended."""
         self.samples += 1
         for (subject,) in await self.query(
-            "SELECT subject FROM agent_run WHERE state = 'leased' "
+            "SELECT subject FROM agent_run_all WHERE state = 'leased' "
             "GROUP BY subject HAVING count(*) > 1"
         ):
             self.doubles.add(subject)
         for (run,) in await self.query(
-            "SELECT id::text FROM agent_run WHERE state = 'queued' AND due_at IS NULL"
+            "SELECT id::text FROM agent_run_all WHERE state = 'queued' AND due_at IS NULL"
         ):
             self.undue.add(run)
         # Counted before the killed runs are looked at: once every run has ended, the look
         # below sees each killed run's last state (a take-back, a re-lease and an end between
         # the look and a later count would otherwise go unrecorded in the run's last sample).
-        ((ended,),) = await self.query("SELECT count(*) FROM agent_run WHERE state = 'ended'")
+        ((ended,),) = await self.query("SELECT count(*) FROM agent_run_all WHERE state = 'ended'")
         waiting = {
             run: kill
             for kill in self.kills
@@ -486,7 +486,7 @@ class FaultRun:
         }
         if waiting:
             rows = await self.query(
-                "SELECT id::text, epoch, state, band FROM agent_run "
+                "SELECT id::text, epoch, state, band FROM agent_run_all "
                 "WHERE id = ANY(%(ids)s::uuid[])",
                 {"ids": list(waiting)},
             )
@@ -508,7 +508,7 @@ class FaultRun:
         holding = {
             holder
             for (holder,) in await self.query(
-                "SELECT DISTINCT holder FROM agent_run WHERE state = 'leased'"
+                "SELECT DISTINCT holder FROM agent_run_all WHERE state = 'leased'"
             )
         }
         # A worker that holds leases, so the kill tests their take-back.
@@ -521,7 +521,7 @@ class FaultRun:
         victim.killed = True
         at = self.elapsed()
         rows = await self.query(
-            "SELECT id::text, epoch FROM agent_run WHERE holder = %(h)s AND state = 'leased'",
+            "SELECT id::text, epoch FROM agent_run_all WHERE holder = %(h)s AND state = 'leased'",
             {"h": victim.holder},
         )
         self.kills.append(Kill(victim.holder, at, {run: epoch for run, epoch in rows}))
@@ -633,15 +633,17 @@ async def populate(url: str, config: Config) -> None:
 async def verdict(run: FaultRun, finished: bool) -> tuple[dict[str, Any], list[str]]:
     """The checks over the database and the journals: (figures, violations)."""
     q = run.query
-    ((present,),) = await q("SELECT count(*) FROM agent_run")
+    ((present,),) = await q("SELECT count(*) FROM agent_run_all")
     ((stuck,),) = await q(
-        "SELECT count(*) FROM agent_run WHERE state <> 'ended' "
+        "SELECT count(*) FROM agent_run_all WHERE state <> 'ended' "
         "AND NOT (state = 'queued' AND due_at IS NOT NULL) AND NOT state = 'leased'"
     )
-    ((unended,),) = await q("SELECT count(*) FROM agent_run WHERE state <> 'ended'")
-    reasons = dict(await q("SELECT end_reason, count(*) FROM agent_run GROUP BY 1 ORDER BY 2 DESC"))
+    ((unended,),) = await q("SELECT count(*) FROM agent_run_all WHERE state <> 'ended'")
+    reasons = dict(
+        await q("SELECT end_reason, count(*) FROM agent_run_all GROUP BY 1 ORDER BY 2 DESC")
+    )
     ((no_due,),) = await q(
-        "SELECT count(*) FROM agent_run WHERE state = 'queued' AND due_at IS NULL"
+        "SELECT count(*) FROM agent_run_all WHERE state = 'queued' AND due_at IS NULL"
     )
     ((backwards,),) = await q(
         "SELECT count(*) FROM (SELECT epoch < lag(epoch) OVER (PARTITION BY run_id ORDER BY seq)"
@@ -649,7 +651,9 @@ async def verdict(run: FaultRun, finished: bool) -> tuple[dict[str, Any], list[s
     )
     ((zombie_events,),) = await q("SELECT count(*) FROM agent_run_event WHERE type = 'zombie'")
     ((events,),) = await q("SELECT count(*) FROM agent_run_event")
-    ((recorded_runs,),) = await q("SELECT count(*) FROM agent_run WHERE kind = 'fault-recorded'")
+    ((recorded_runs,),) = await q(
+        "SELECT count(*) FROM agent_run_all WHERE kind = 'fault-recorded'"
+    )
     ((recorded, ran_twice, rerun, recorded_twice, unexecuted, foreign, executions),) = await q(
         RECORDED_STEPS
     )

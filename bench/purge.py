@@ -5,7 +5,8 @@ without it?
 One fresh database on the bench server:
 
 - ``--runs`` ended runs (10,000,000), two events each in ``agent_run_event``, inserted set-based
-  by ``INSERT ... SELECT generate_series`` with the user triggers of both tables off (as
+  into ``agent_run_history``, where the reaper leaves ended runs (ADRs/0035), by ``INSERT ...
+  SELECT generate_series`` with the user triggers of both tables off (as
   ``bench.population`` does), in statements of ``CHUNK`` runs, each its own transaction. Their
   end times rise with their queue order, as a table that has been in use for weeks holds them:
   the oldest ``--purged`` (1,000,000) ended 8 to 10 days ago, past the purge's retention of 7
@@ -75,15 +76,17 @@ WARMUP_CLAIMS = 50
 
 # Run g (1-based, in queue order) ends at `ended`; the first `purged` end 10 to 8 days before
 # `t0`, the others 6 days before it to `t0`. Each run's two events are written just before its
-# end, under its one epoch.
+# end, under its one epoch. They are where the reaper leaves ended runs, agent_run_history
+# (ADRs/0035).
 POPULATE_ENDED = """
 WITH runs AS (
-    INSERT INTO agent_run (id, kind, workspace, subject, band, payload, state, epoch, attempt,
-                           enqueued_at, due_at, lease, end_reason, ended_at, head, claimed_at,
-                           events)
+    INSERT INTO agent_run_history (id, kind, workspace, subject, band, payload, state, epoch,
+                                   attempt, seq, enqueued_at, due_at, lease, end_reason,
+                                   ended_at, head, claimed_at, events)
     SELECT gen_random_uuid(), %(kind)s, 'ws-' || ((g %% %(subjects)s) %% %(workspaces)s),
            'done-' || (g %% %(subjects)s), (g %% 3)::smallint, '{}'::jsonb, 'ended', 1, 1,
-           ended - interval '2 minutes', ended - interval '2 minutes', interval '1 hour',
+           nextval('agent_run_seq'), ended - interval '2 minutes', ended - interval '2 minutes',
+           interval '1 hour',
            CASE WHEN g %% 50 = 0 THEN 'retries_exhausted' ELSE 'completed' END, ended, false,
            ended - interval '1 minute', %(events)s
     FROM (
@@ -106,7 +109,7 @@ FROM runs CROSS JOIN generate_series(1, %(events)s) AS n
 """
 
 # The populated ended runs left (the claims' runs are on subjects of another name).
-POPULATED_LEFT = "SELECT count(*) FROM agent_run WHERE subject LIKE 'done-%%'"
+POPULATED_LEFT = "SELECT count(*) FROM agent_run_all WHERE subject LIKE 'done-%%'"
 
 # Deletes committed on agent_run (the statistics are flushed at each transaction's end).
 DELETED_SO_FAR = "SELECT n_tup_del FROM pg_stat_user_tables WHERE relname = 'agent_run'"
@@ -167,7 +170,7 @@ async def populate(url: str, sizes: Sizes, measured: Measured) -> None:
         row = await cur.fetchone()
         assert row is not None
         t0: datetime = row[0]
-        await conn.execute("ALTER TABLE agent_run DISABLE TRIGGER USER")
+        await conn.execute("ALTER TABLE agent_run_history DISABLE TRIGGER USER")
         await conn.execute("ALTER TABLE agent_run_event DISABLE TRIGGER USER")
         try:
             for first in range(1, sizes.runs + 1, CHUNK):
@@ -194,7 +197,7 @@ async def populate(url: str, sizes: Sizes, measured: Measured) -> None:
                 )
         finally:
             await conn.execute("ALTER TABLE agent_run_event ENABLE TRIGGER USER")
-            await conn.execute("ALTER TABLE agent_run ENABLE TRIGGER USER")
+            await conn.execute("ALTER TABLE agent_run_history ENABLE TRIGGER USER")
     measured.populate_s = time.perf_counter() - started
     print(f"populated {sizes.runs:,} ended runs in {measured.populate_s:.1f}s", flush=True)
     # The queue through the runs table's triggers; bench.depth's fill ends with VACUUM ANALYZE.

@@ -38,6 +38,7 @@ import psycopg
 from agentruns.adapters.postgres import close_postgres_stores, make_postgres_stores, migrate
 from agentruns.app.kinds import RunKind, RunKinds, StepEvent
 from agentruns.app.ports import Stores
+from agentruns.app.reaper import AgentRunReaper
 from agentruns.app.runs import AgentRuns
 from agentruns.app.worker import Worker
 from agentruns.domain.kinds import RunKindPolicy
@@ -175,13 +176,20 @@ async def drain_worker_loop(
     *,
     concurrency: int,
     step: Callable[[AgentRun], AsyncIterator[StepEvent]] = one_step,
+    reaper_every: float | None = None,
 ) -> tuple[int, float]:
     """One ``Worker.run`` loop with ``concurrency`` slots: it claims as many runs as it has free
     slots in one statement (batch claims) and drives them as tasks. Timed until every run has
-    completed."""
-    stores, worker = _loop_worker(url, concurrency, "bench-loop", random.Random(0), kinds(step))
+    completed. With ``reaper_every``, a reaper ticks that often beside it, as on a replica, and
+    so moves the ended runs out of ``agent_run`` as the drain goes (ADRs/0035)."""
+    registry = kinds(step)
+    stores, worker = _loop_worker(url, concurrency, "bench-loop", random.Random(0), registry)
     total = await remaining(url)
     stop = asyncio.Event()
+    tasks = [worker.run(stop)]
+    if reaper_every is not None:
+        reaper = AgentRunReaper(stores, registry, random.Random(1))
+        tasks.append(reaper.run(stop, every=reaper_every))
 
     async def watch() -> None:
         # The worker counts outcomes and offers no event to wait on: poll its counter.
@@ -194,7 +202,7 @@ async def drain_worker_loop(
             pass
         clock = asyncio.get_running_loop()
         started = clock.time()
-        await asyncio.gather(worker.run(stop), watch())
+        await asyncio.gather(*tasks, watch())
         elapsed = clock.time() - started
     finally:
         await close_postgres_stores(stores)
