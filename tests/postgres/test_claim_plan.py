@@ -183,13 +183,21 @@ async def test_a_claim_walks_the_lanes_in_order_whatever_the_statistics(
     assert touched <= BUFFER_BOUND[1], touched
 
 
+# The sequential scans of the runs' two tables so far in this transaction (ADRs/0035).
+_SCANS = (
+    "SELECT COALESCE(sum(seq_scan), 0) FROM pg_stat_xact_user_tables "
+    "WHERE relname IN ('agent_run', 'agent_run_history')"
+)
+
+
 def _on_its_generic_plan(
     raw: psycopg.Connection[tuple[Any, ...]], statement: Any, params: dict[str, object]
 ) -> tuple[list[tuple[Any, ...]], int]:
     """The rows ``statement`` answers on its generic plan (as the adapter runs it), and the
-    sequential scans of agent_run it made; everything it wrote rolled back."""
+    sequential scans of agent_run and agent_run_history it made; everything it wrote rolled
+    back."""
     query, values = bound(statement, params)
-    scans = "SELECT seq_scan FROM pg_stat_xact_user_tables WHERE relname = 'agent_run'"
+    scans = _SCANS
     with raw.transaction(force_rollback=True):
         raw.execute("SET LOCAL plan_cache_mode = force_generic_plan")
         before = raw.execute(scans).fetchone()
@@ -226,11 +234,36 @@ def test_a_purge_batch_deletes_its_runs_by_key_on_its_generic_plan(postgres_url:
     10,000,000 runs, `bench.purge`)."""
     with psycopg.connect(postgres_url, autocommit=True) as raw:
         populate(raw, queued=1_000, workspaces=50, subjects=1_000, ended=30_000)  # and ANALYZE
+        raw.execute("SELECT agent_run_archive(20000)")  # the rest wait in agent_run
+        raw.execute("ANALYZE")
         purged, scans = _on_its_generic_plan(
             raw, statements.PURGE, {"ended_before": "2999-01-01T00:00:00+00:00", "limit": 1000}
         )
     assert len(purged) == 1000
     assert scans == 0, scans
+
+
+def test_a_move_probes_the_history_by_key_however_much_it_grew(postgres_url: str) -> None:
+    """The reaper's moves run on one session for hours, so the triggers that check each moved
+    run against the other table keep the plans their first move made, when the history was
+    empty. As an anti-join that plan read more of the history per run the larger it grew (a
+    batch of 500 took 50 ms beside a history of 500 runs, 960 ms beside 9,500: ADRs/0035)."""
+    with psycopg.connect(postgres_url, autocommit=True) as raw:
+        raw.execute("SET plan_cache_mode = force_generic_plan")
+        assert raw.execute("SELECT agent_run_archive(500)").fetchone() == (0,)  # plans cached
+        populate(raw, queued=0, workspaces=50, subjects=1_000, ended=6_000)  # and ANALYZE
+        moved = 0
+        with raw.transaction(force_rollback=True):
+            before = raw.execute(_SCANS).fetchone()
+            for _ in range(12):
+                row = raw.execute("SELECT agent_run_archive(500)").fetchone()
+                assert row is not None
+                moved += int(row[0])
+            after = raw.execute(_SCANS).fetchone()
+    assert moved == 6_000
+    assert before is not None
+    assert after is not None
+    assert int(after[0]) - int(before[0]) == 0
 
 
 def _plan_cost(document: Any) -> tuple[float, bool]:

@@ -24,8 +24,12 @@ ALTER TABLE support_ticket DROP CONSTRAINT support_ticket_run_id_fkey;
 
 CREATE FUNCTION support_ticket_run_gone() RETURNS trigger LANGUAGE plpgsql AS $$
 BEGIN
-    DELETE FROM support_ticket t WHERE t.run_id IN (SELECT g.id FROM gone_runs g)
-        AND NOT EXISTS (SELECT 1 FROM agent_run_all a WHERE a.id = t.run_id);
+    -- A lateral lookup by key: an anti-join's plan, cached while the tables were small, can
+    -- read more of them per run as they grow.
+    DELETE FROM support_ticket t WHERE t.run_id = ANY (ARRAY(
+        SELECT g.id FROM gone_runs g
+        LEFT JOIN LATERAL (SELECT a.id FROM agent_run_all a WHERE a.id = g.id LIMIT 1) a ON true
+        WHERE a.id IS NULL));
     RETURN NULL;
 END
 $$;
