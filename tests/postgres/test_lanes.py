@@ -36,25 +36,39 @@ SELECT w.id, w.leased,
        w.h0_due, w.h0_seq, w.h1_due, w.h1_seq, w.h2_due, w.h2_seq,
        b0.due_at, b0.seq, b1.due_at, b1.seq, b2.due_at, b2.seq
 FROM agent_workspace w
-LEFT JOIN LATERAL (SELECT due_at, seq FROM agent_run WHERE workspace = w.id AND band = 0
-    AND state = 'queued' AND head AND NOT parked ORDER BY due_at, seq LIMIT 1) b0 ON true
-LEFT JOIN LATERAL (SELECT due_at, seq FROM agent_run WHERE workspace = w.id AND band = 1
-    AND state = 'queued' AND head AND NOT parked ORDER BY due_at, seq LIMIT 1) b1 ON true
-LEFT JOIN LATERAL (SELECT due_at, seq FROM agent_run WHERE workspace = w.id AND band = 2
-    AND state = 'queued' AND head AND NOT parked ORDER BY due_at, seq LIMIT 1) b2 ON true
+LEFT JOIN LATERAL (SELECT due_at, seq FROM agent_run r WHERE workspace = w.id AND band = 0
+    AND state = 'queued' AND NOT parked AND (head OR id IN (SELECT run_id FROM agent_subject_head))
+    ORDER BY due_at, seq LIMIT 1) b0 ON true
+LEFT JOIN LATERAL (SELECT due_at, seq FROM agent_run r WHERE workspace = w.id AND band = 1
+    AND state = 'queued' AND NOT parked AND (head OR id IN (SELECT run_id FROM agent_subject_head))
+    ORDER BY due_at, seq LIMIT 1) b1 ON true
+LEFT JOIN LATERAL (SELECT due_at, seq FROM agent_run r WHERE workspace = w.id AND band = 2
+    AND state = 'queued' AND NOT parked AND (head OR id IN (SELECT run_id FROM agent_subject_head))
+    ORDER BY due_at, seq LIMIT 1) b2 ON true
 ORDER BY w.id
 """
 
 # Per subject with runs not ended: its head, if it is the one it must be (the leased run, or
-# else the first queued run), and how many heads it has.
+# else the first queued run), and how many heads it has, flagged on a run or named by the
+# subject's row (ADRs/0036).
 HEADS = """
-SELECT workspace, subject, count(*) FILTER (WHERE head) AS heads,
-       bool_or(head AND (state = 'leased'
-                         OR seq = (SELECT min(q.seq) FROM agent_run q
-                                   WHERE q.workspace = r.workspace AND q.subject = r.subject
-                                     AND q.state = 'queued'))) AS right_head
-FROM agent_run r WHERE state <> 'ended'
+SELECT workspace, subject, count(*) FILTER (WHERE is_head) AS heads,
+       bool_or(is_head AND (state = 'leased'
+                            OR seq = (SELECT min(q.seq) FROM agent_run q
+                                      WHERE q.workspace = r.workspace AND q.subject = r.subject
+                                        AND q.state = 'queued'))) AS right_head
+FROM (SELECT *, head OR id IN (SELECT run_id FROM agent_subject_head) AS is_head
+      FROM agent_run) r
+WHERE state <> 'ended'
 GROUP BY workspace, subject
+"""
+
+# Every name on a subject's row is a queued run of that subject not flagged head.
+NAMED = """
+SELECT count(*), count(*) FILTER (WHERE r.state = 'queued' AND NOT r.head
+                                   AND (r.workspace, r.subject, r.band, r.due_at, r.seq)
+                                       = (o.workspace, o.subject, o.band, o.due_at, o.seq))
+FROM agent_subject_head o LEFT JOIN agent_run r ON r.id = o.run_id
 """
 
 
@@ -118,7 +132,8 @@ async def take_back_expired(replica: Replica) -> int:
     return len(taken)
 
 
-def assert_lanes_true(url: str) -> None:
+def assert_lanes_true(url: str) -> int:
+    """Check every lane and head against the runs; the number of promoted heads named."""
     with psycopg.connect(url, autocommit=True) as raw:
         raw.execute("SELECT agent_lane_fold()")
         pending = raw.execute("SELECT count(*) FROM agent_workspace_delta").fetchone()
@@ -131,6 +146,11 @@ def assert_lanes_true(url: str) -> None:
             assert lane[:6] == lane[6:], f"{workspace}'s heads {lane[:6]} are not {lane[6:]}"
         for workspace, subject, heads, right in raw.execute(HEADS).fetchall():
             assert (heads, right) == (1, True), f"{workspace}/{subject}: {heads} heads"
+        counted = raw.execute(NAMED).fetchone()
+        assert counted is not None
+        named, right_named = counted
+        assert named == right_named, f"{named - right_named} names of runs that are not heads"
+        return int(named)
 
 
 async def test_lanes_equal_the_runs_after_concurrent_claims_ends_requeues_and_take_backs(
@@ -140,15 +160,16 @@ async def test_lanes_equal_the_runs_after_concurrent_claims_ends_requeues_and_ta
     replicas = [Replica(postgres_url, clock) for _ in range(4)]
     try:
         await enqueue(replicas[0], random.Random(1), 150)
+        named = 0
         for wave in range(3):
             await asyncio.gather(
                 *(act(replica, seed=10 * wave + n, rounds=25) for n, replica in enumerate(replicas))
             )
-            assert_lanes_true(postgres_url)
+            named += assert_lanes_true(postgres_url)
             clock.advance(LEASE * 2)  # the abandoned leases expire
             taken = await asyncio.gather(*(take_back_expired(replica) for replica in replicas[:2]))
             assert sum(taken) > 0
-            assert_lanes_true(postgres_url)
+            named += assert_lanes_true(postgres_url)
 
         # Nothing is lost: the queue drains to its last run through the lanes alone.
         async with replicas[0].db.transaction() as tx:
@@ -166,9 +187,11 @@ async def test_lanes_equal_the_runs_after_concurrent_claims_ends_requeues_and_ta
                 await replicas[0].runs.end_many(
                     tx, [EndWrite(run.fence, TerminationReason.COMPLETED) for run in left]
                 )
+            named += assert_lanes_true(postgres_url)
             async with replicas[0].db.transaction() as tx:
                 left = await replicas[0].runs.claim(tx, ClaimRequest(holder="drain", limit=10_000))
         assert_lanes_true(postgres_url)
+        assert named > 0  # promoted heads were checked while named on their subjects' rows
         with psycopg.connect(postgres_url, autocommit=True) as raw:
             assert raw.execute(
                 "SELECT count(*) FROM agent_run WHERE state <> 'ended'"
