@@ -50,7 +50,7 @@ FUNCTIONS = """
 -- The lanes made exact: each pending delta is applied to a lane this claimer can lock (SKIP
 -- LOCKED: a lane another claimer is folding is left to it), and the first offered head of each
 -- band a delta names is looked up again (one probe per band of the flagged heads, one of the
--- promoted ones). `locked` is materialised:
+-- promoted ones if any run is promoted: a test made once per fold, in the fold's snapshot). `locked` is materialised:
 -- every lane is locked (or skipped) once, before any delta is taken, so a fold never takes some
 -- of a lane's deltas (those seen after another folder let go) and not the others. The new count
 -- adds the deltas to the count read under that lock (the lane's newest version, which nobody
@@ -95,7 +95,8 @@ AS $$
              ORDER BY h.due_at, h.seq LIMIT 1)
             UNION ALL
             (SELECT o.due_at, o.seq FROM agent_subject_head o
-             WHERE s.bands & 1 <> 0 AND o.workspace = s.workspace AND o.band = 0
+             WHERE s.bands & 1 <> 0 AND EXISTS (SELECT 1 FROM agent_subject_head)
+               AND o.workspace = s.workspace AND o.band = 0
              ORDER BY o.due_at, o.seq LIMIT 1)) x
         ORDER BY x.due_at, x.seq LIMIT 1) b0 ON true
     LEFT JOIN LATERAL (
@@ -106,7 +107,8 @@ AS $$
              ORDER BY h.due_at, h.seq LIMIT 1)
             UNION ALL
             (SELECT o.due_at, o.seq FROM agent_subject_head o
-             WHERE s.bands & 2 <> 0 AND o.workspace = s.workspace AND o.band = 1
+             WHERE s.bands & 2 <> 0 AND EXISTS (SELECT 1 FROM agent_subject_head)
+               AND o.workspace = s.workspace AND o.band = 1
              ORDER BY o.due_at, o.seq LIMIT 1)) x
         ORDER BY x.due_at, x.seq LIMIT 1) b1 ON true
     LEFT JOIN LATERAL (
@@ -117,7 +119,8 @@ AS $$
              ORDER BY h.due_at, h.seq LIMIT 1)
             UNION ALL
             (SELECT o.due_at, o.seq FROM agent_subject_head o
-             WHERE s.bands & 4 <> 0 AND o.workspace = s.workspace AND o.band = 2
+             WHERE s.bands & 4 <> 0 AND EXISTS (SELECT 1 FROM agent_subject_head)
+               AND o.workspace = s.workspace AND o.band = 2
              ORDER BY o.due_at, o.seq LIMIT 1)) x
         ORDER BY x.due_at, x.seq LIMIT 1) b2 ON true
     WHERE w.id = s.workspace AND w.id = ANY (ARRAY(SELECT workspace FROM summed))
@@ -317,7 +320,8 @@ BEGIN
              ORDER BY h.due_at, h.seq LIMIT 1)
             UNION ALL
             (SELECT o.due_at, o.seq FROM agent_subject_head o
-             WHERE s.bands & 1 <> 0 AND o.workspace = s.workspace AND o.band = 0
+             WHERE s.bands & 1 <> 0 AND EXISTS (SELECT 1 FROM agent_subject_head)
+               AND o.workspace = s.workspace AND o.band = 0
              ORDER BY o.due_at, o.seq LIMIT 1)) x
         ORDER BY x.due_at, x.seq LIMIT 1) b0 ON true
     LEFT JOIN LATERAL (
@@ -328,7 +332,8 @@ BEGIN
              ORDER BY h.due_at, h.seq LIMIT 1)
             UNION ALL
             (SELECT o.due_at, o.seq FROM agent_subject_head o
-             WHERE s.bands & 2 <> 0 AND o.workspace = s.workspace AND o.band = 1
+             WHERE s.bands & 2 <> 0 AND EXISTS (SELECT 1 FROM agent_subject_head)
+               AND o.workspace = s.workspace AND o.band = 1
              ORDER BY o.due_at, o.seq LIMIT 1)) x
         ORDER BY x.due_at, x.seq LIMIT 1) b1 ON true
     LEFT JOIN LATERAL (
@@ -339,7 +344,8 @@ BEGIN
              ORDER BY h.due_at, h.seq LIMIT 1)
             UNION ALL
             (SELECT o.due_at, o.seq FROM agent_subject_head o
-             WHERE s.bands & 4 <> 0 AND o.workspace = s.workspace AND o.band = 2
+             WHERE s.bands & 4 <> 0 AND EXISTS (SELECT 1 FROM agent_subject_head)
+               AND o.workspace = s.workspace AND o.band = 2
              ORDER BY o.due_at, o.seq LIMIT 1)) x
         ORDER BY x.due_at, x.seq LIMIT 1) b2 ON true
     WHERE w.id = s.workspace AND w.id = ANY (ARRAY(SELECT workspace FROM summed))

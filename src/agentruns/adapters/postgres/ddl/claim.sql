@@ -112,7 +112,8 @@ BEGIN
              ORDER BY h.due_at, h.seq LIMIT 1)
             UNION ALL
             (SELECT o.due_at, o.seq FROM agent_subject_head o
-             WHERE s.bands & 1 <> 0 AND o.workspace = s.workspace AND o.band = 0
+             WHERE s.bands & 1 <> 0 AND EXISTS (SELECT 1 FROM agent_subject_head)
+               AND o.workspace = s.workspace AND o.band = 0
              ORDER BY o.due_at, o.seq LIMIT 1)) x
         ORDER BY x.due_at, x.seq LIMIT 1) b0 ON true
     LEFT JOIN LATERAL (
@@ -123,7 +124,8 @@ BEGIN
              ORDER BY h.due_at, h.seq LIMIT 1)
             UNION ALL
             (SELECT o.due_at, o.seq FROM agent_subject_head o
-             WHERE s.bands & 2 <> 0 AND o.workspace = s.workspace AND o.band = 1
+             WHERE s.bands & 2 <> 0 AND EXISTS (SELECT 1 FROM agent_subject_head)
+               AND o.workspace = s.workspace AND o.band = 1
              ORDER BY o.due_at, o.seq LIMIT 1)) x
         ORDER BY x.due_at, x.seq LIMIT 1) b1 ON true
     LEFT JOIN LATERAL (
@@ -134,7 +136,8 @@ BEGIN
              ORDER BY h.due_at, h.seq LIMIT 1)
             UNION ALL
             (SELECT o.due_at, o.seq FROM agent_subject_head o
-             WHERE s.bands & 4 <> 0 AND o.workspace = s.workspace AND o.band = 2
+             WHERE s.bands & 4 <> 0 AND EXISTS (SELECT 1 FROM agent_subject_head)
+               AND o.workspace = s.workspace AND o.band = 2
              ORDER BY o.due_at, o.seq LIMIT 1)) x
         ORDER BY x.due_at, x.seq LIMIT 1) b2 ON true
     WHERE w.id = s.workspace AND w.id = ANY (ARRAY(SELECT workspace FROM summed))
