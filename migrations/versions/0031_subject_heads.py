@@ -128,7 +128,6 @@ AS $$
 $$;
 
 CREATE OR REPLACE FUNCTION agent_run_enqueued() RETURNS trigger LANGUAGE plpgsql
-SET enable_seqscan = off
 SET search_path FROM CURRENT
 AS $$
 BEGIN
@@ -137,8 +136,9 @@ BEGIN
         SELECT 1 FROM agent_run r
         WHERE r.workspace = NEW.workspace AND r.subject = NEW.subject AND r.head)
         AND NOT EXISTS (
-        SELECT 1 FROM agent_subject_head o
-        WHERE o.workspace = NEW.workspace AND o.subject = NEW.subject);
+        SELECT 1 FROM agent_run r
+        WHERE r.workspace = NEW.workspace AND r.subject = NEW.subject AND r.state = 'queued'
+          AND NOT r.head);
     RETURN NEW;
 END
 $$;
@@ -500,6 +500,7 @@ NEW_OBJECTS = """
 -- head whose due time changed.
 CREATE FUNCTION agent_run_head_postponed() RETURNS trigger LANGUAGE plpgsql
 SET enable_seqscan = off
+SET jit = off
 SET search_path FROM CURRENT
 AS $$
 BEGIN

@@ -126,18 +126,14 @@ AS $$
       AND (s.k <> 0 OR s.bands <> 0)
 $$;
 
--- agent_subject_head is often empty when a session first plans a statement that reads it (after a
--- vacuum of an idle queue, or in a queue whose subjects have one run each), and PL/pgSQL keeps that
--- plan for the session. A plan made for an empty table read it whole for each subject once it held
--- thousands of rows: an end of 256 runs took 50 ms in its promotion instead of 5. So every read of
--- it is its key's probe with the subject as a parameter (a LATERAL with a LIMIT, or a scalar
--- subquery, which the planner cannot turn into a join), rows are deleted by their ctid, and the
--- functions run with sequential scans off.
---
--- A new run is its subject's head when the subject has none, flagged or named; the subject's
--- advisory lock orders it against a head that ends at the same time (see agent_run_moved). No SET
--- clause, so the planner inlines the body into its callers; every name in it is pg_catalog's, qualified, so it
--- resolves alike whatever the caller's search_path.
+-- A new run is its subject's head when the subject has none; the subject's advisory lock orders it
+-- against a head that ends at the same time (see agent_run_moved). A subject with a run not ended
+-- always has one head, flagged (its leased run, or a queued one) or named (a queued one), so it
+-- has none exactly when it has no flagged head and no queued run that is not flagged: a probe of
+-- uq_agent_run_head and, only without a flagged head, one of ix_agent_run_waiting (empty in a
+-- queue of unique subjects), never of agent_subject_head. No SET clause, so the planner inlines the body into its
+-- callers; every name in it is pg_catalog's, qualified, so it resolves alike whatever the
+-- caller's search_path.
 CREATE FUNCTION agent_subject_lock(workspace text, subject text) RETURNS void
 LANGUAGE sql
 AS $$
@@ -148,7 +144,6 @@ AS $$
 $$;
 
 CREATE FUNCTION agent_run_enqueued() RETURNS trigger LANGUAGE plpgsql
-SET enable_seqscan = off
 SET search_path FROM CURRENT
 AS $$
 BEGIN
@@ -157,8 +152,9 @@ BEGIN
         SELECT 1 FROM agent_run r
         WHERE r.workspace = NEW.workspace AND r.subject = NEW.subject AND r.head)
         AND NOT EXISTS (
-        SELECT 1 FROM agent_subject_head o
-        WHERE o.workspace = NEW.workspace AND o.subject = NEW.subject);
+        SELECT 1 FROM agent_run r
+        WHERE r.workspace = NEW.workspace AND r.subject = NEW.subject AND r.state = 'queued'
+          AND NOT r.head);
     RETURN NEW;
 END
 $$;
@@ -188,6 +184,15 @@ $$;
 
 CREATE TRIGGER agent_run_inserted AFTER INSERT ON agent_run REFERENCING NEW TABLE AS inserted
     FOR EACH STATEMENT EXECUTE FUNCTION agent_run_inserted();
+
+-- agent_subject_head is often empty when a session first plans a statement that reads it (after a
+-- vacuum of an idle queue, or in a queue whose subjects have one run each), and PL/pgSQL keeps that
+-- plan for the session. A plan made for an empty table read it whole for each subject once it held
+-- thousands of rows: an end of 256 runs took 50 ms in its promotion instead of 5. So every read of
+-- it is its key's probe with the subject as a parameter (a LATERAL with a LIMIT, or a scalar
+-- subquery, which the planner cannot turn into a join), rows are deleted by their ctid, and the
+-- functions run with sequential scans off (and so with JIT off: before PostgreSQL 18 a disabled
+-- node's cost is past any jit_above_cost).
 
 -- Once per updating statement, set-based, without pairing the transition tables' rows (a join
 -- of the two is a nested loop, quadratic in the rows one statement moves): a workspace's leased
@@ -288,6 +293,7 @@ CREATE TRIGGER agent_run_moved AFTER UPDATE ON agent_run
 -- head whose due time changed.
 CREATE FUNCTION agent_run_head_postponed() RETURNS trigger LANGUAGE plpgsql
 SET enable_seqscan = off
+SET jit = off
 SET search_path FROM CURRENT
 AS $$
 BEGIN
