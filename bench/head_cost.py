@@ -1,19 +1,19 @@
-"""``python -m bench.head_cost``: what a claim and an end cost on two revisions, one connection.
+"""``python -m bench.head_cost``: what an enqueue, a claim and an end cost on two revisions.
 
     .venv/bin/python -m bench.head_cost --before 0029_state_watched_per_statement [--after head]
         [--rounds 3] [--jobs 8000] [--cohort 256] [--runs-per-subject 4]
 
 The throughput bench's queue (``--jobs`` runs, 50 workspaces, ``--runs-per-subject`` runs per
-subject; 1 means no end ever promotes a next run) is drained on one connection by the two
-statements the worker loop sends for a cohort and that a subject's head touches: the claim
-(``agent_claim``, ``--cohort`` at a time) and the group of ends (``END_MANY``), no step in
-between (a step boundary writes nothing a head reads). One client, nothing concurrent, so each
-statement's round trip is its server time plus a constant: the figures the drain benches
-(``bench.schema_ab``, ``bench.cpu_split``) blur with contention and the machine's load. Each
-round drains a fresh database at each revision, the order alternating. Reported per run, as
-medians over the rounds: the claim's and the end's time, WAL records and bytes (the server's
-counters, flushed after each statement), and the server time of each of agentruns' functions
-(``track_functions = 'all'``, self time).
+subject; 1 means no end ever promotes a next run) is enqueued through the triggers in statements
+of 5,000 (timed), then drained on one connection by the two statements the worker loop sends for
+a cohort and that a subject's head touches: the claim (``agent_claim``, ``--cohort`` at a time)
+and the group of ends (``END_MANY``), no step in between (a step boundary writes nothing a head
+reads). One client, nothing concurrent, so each statement's round trip is its server time plus a
+constant: the figures the drain benches (``bench.schema_ab``, ``bench.cpu_split``) blur with
+contention and the machine's load. Each round drains a fresh database at each revision, the
+order alternating. Reported per run, as medians over the rounds: the enqueue's, the claim's and
+the end's time, WAL records and bytes (the server's counters, flushed after each statement), and
+the server time of each of agentruns' functions (``track_functions = 'all'``, self time).
 
 A profile to weigh a change of the head's bookkeeping by, not a bench with a target: run it
 alone and say the load average with its figures. Nothing is written to RESULTS.md.
@@ -36,6 +36,7 @@ from psycopg.rows import dict_row
 
 from agentruns.adapters.postgres import sql
 from agentruns.adapters.postgres.database import bound
+from agentruns.adapters.postgres.migrate import migrate
 from bench.server import BenchServer, bench_server
 from bench.throughput import agentruns_runner
 from bench.throughput.agentruns_runner import RUNS_PER_SUBJECT
@@ -47,7 +48,9 @@ _WAL = "SELECT wal_records, wal_bytes FROM pg_stat_wal"
 class Cost:
     """One drain's totals per statement kind: seconds, WAL records and bytes."""
 
-    seconds: dict[str, float] = field(default_factory=lambda: {"claim": 0.0, "end": 0.0})
+    seconds: dict[str, float] = field(
+        default_factory=lambda: {"enqueue": 0.0, "claim": 0.0, "end": 0.0}
+    )
     records: dict[str, int] = field(default_factory=lambda: {"claim": 0, "end": 0})
     wal_bytes: dict[str, int] = field(default_factory=lambda: {"claim": 0, "end": 0})
     functions: dict[str, float] = field(default_factory=dict)
@@ -104,19 +107,42 @@ def drain(url: str, cohort: int) -> Cost:
     return cost
 
 
+def fill(url: str, revision: str, jobs: int, runs_per_subject: int) -> float:
+    """The throughput bench's queue, enqueued through the triggers in its statements of 5,000
+    runs (as ``agentruns_runner.prepare`` fills it); the seconds the inserts took."""
+    migrate(url, revision)
+    subjects = max(1, jobs // runs_per_subject)
+    seconds = 0.0
+    with psycopg.connect(url, autocommit=True) as conn:
+        for first in range(1, jobs + 1, agentruns_runner.CHUNK):
+            started = time.perf_counter()
+            conn.execute(
+                agentruns_runner.POPULATE,
+                {
+                    "kind": agentruns_runner.KIND,
+                    "workspaces": agentruns_runner.WORKSPACES,
+                    "subjects": subjects,
+                    "first": first,
+                    "last": min(jobs, first + agentruns_runner.CHUNK - 1),
+                },
+            )
+            seconds += time.perf_counter() - started
+        conn.execute("VACUUM ANALYZE")
+    return seconds
+
+
 async def measure(
     server: BenchServer, revision: str, jobs: int, cohort: int, runs_per_subject: int
 ) -> Cost:
     url = server.create_database("head-cost")
     try:
-        await agentruns_runner.prepare(
-            url, jobs, revision=revision, runs_per_subject=runs_per_subject
-        )
+        enqueued = await asyncio.to_thread(fill, url, revision, jobs, runs_per_subject)
         name = urlsplit(url).path.lstrip("/")
         with psycopg.connect(url, autocommit=True) as conn:
             conn.execute(f"ALTER DATABASE \"{name}\" SET track_functions = 'all'")
         cost = await asyncio.to_thread(drain, url, cohort)
         assert cost.runs == jobs, f"drained {cost.runs} of {jobs}"
+        cost.seconds["enqueue"] = enqueued
         return cost
     finally:
         server.drop_database(url)
@@ -126,7 +152,8 @@ def shown(side: str, cost: Cost) -> str:
     per = 1e6 / max(cost.runs, 1)
     top = sorted(cost.functions.items(), key=lambda item: -item[1])[:4]
     return (
-        f"{side}: claim {cost.seconds['claim'] * per:.1f} us, "
+        f"{side}: enqueue {cost.seconds['enqueue'] * per:.1f} us; "
+        f"claim {cost.seconds['claim'] * per:.1f} us, "
         f"{cost.records['claim'] / cost.runs:.2f} WAL records, "
         f"{cost.wal_bytes['claim'] / cost.runs:.0f} B; "
         f"end {cost.seconds['end'] * per:.1f} us, {cost.records['end'] / cost.runs:.2f} records, "
@@ -149,11 +176,13 @@ async def main_async(
                 print(f"round {round_} {shown(side, cost)}", flush=True)
 
     def median(costs: list[Cost], figure: str, kind: str) -> float:
-        return statistics.median(getattr(c, figure)[kind] / c.runs for c in costs)
+        return float(statistics.median(getattr(c, figure)[kind] / c.runs for c in costs))
 
     for side, costs in sides.items():
         print(
-            f"{side}: median per run: claim {median(costs, 'seconds', 'claim') * 1e6:.1f} us, "
+            f"{side}: median per run: "
+            f"enqueue {median(costs, 'seconds', 'enqueue') * 1e6:.1f} us; "
+            f"claim {median(costs, 'seconds', 'claim') * 1e6:.1f} us, "
             f"{median(costs, 'records', 'claim'):.2f} WAL records, "
             f"{median(costs, 'wal_bytes', 'claim'):.0f} B; "
             f"end {median(costs, 'seconds', 'end') * 1e6:.1f} us, "
