@@ -49,14 +49,14 @@ CREATE INDEX ix_agent_subject_head_offered ON agent_subject_head (workspace, ban
 FUNCTIONS = """
 -- The lanes made exact: each pending delta is applied to a lane this claimer can lock (SKIP
 -- LOCKED: a lane another claimer is folding is left to it), and the first offered head of each
--- band a delta names is looked up again (one probe per band of the flagged heads, one of the
--- promoted ones if any run is promoted: a test made once per fold, in the fold's snapshot). `locked` is materialised:
--- every lane is locked (or skipped) once, before any delta is taken, so a fold never takes some
--- of a lane's deltas (those seen after another folder let go) and not the others. The new count
--- adds the deltas to the count read under that lock (the lane's newest version, which nobody
--- else can change until this transaction ends), never to the version the statement's snapshot
--- saw: another folder may have committed a newer one in between. agent_claim runs the same
--- statement inline.
+-- band a delta names is looked up again (one probe per band of the flagged heads, and one of the
+-- promoted ones if any run is promoted: a test made once per fold, in the fold's snapshot).
+-- `locked` is materialised: every lane is locked (or skipped) once, before any delta is taken,
+-- so a fold never takes some of a lane's deltas (those seen after another folder let go) and not
+-- the others. The new count adds the deltas to the count read under that lock (the lane's newest
+-- version, which nobody else can change until this transaction ends), never to the version the
+-- statement's snapshot saw: another folder may have committed a newer one in between.
+-- agent_claim runs the same statement inline.
 CREATE OR REPLACE FUNCTION agent_lane_fold() RETURNS void LANGUAGE sql
 SET enable_seqscan = off
 SET jit = off

@@ -9,9 +9,9 @@
 -- (workspace, subject), the table's key one named head, a leased run must be flagged (the
 -- table's ck_agent_run_head), and a run is flagged only by taking the head its subject's row
 -- names, if it names one (agent_run_moved refuses the rest): one lease per subject and subject
--- FIFO hold whoever writes. A new run becomes head under the subject's advisory lock when its subject
--- has none (agent_run_enqueued); a run that ends hands the subject to its next waiting run under
--- the same lock (agent_run_moved). Only agent_run's triggers write agent_subject_head.
+-- FIFO hold whoever writes. A new run becomes head under the subject's advisory lock when its
+-- subject has none (agent_run_enqueued); a run that ends hands the subject to its next waiting run
+-- under the same lock (agent_run_moved). Only agent_run's triggers write agent_subject_head.
 --
 -- Each agent_workspace row is the workspace's lane: its leased runs and the first offered head of
 -- each band, indexed in claim order per band, so a claim reads about `limit` lanes whatever the
@@ -48,14 +48,14 @@ CREATE INDEX ix_agent_workspace_b2 ON agent_workspace (leased, h2_due, h2_seq)
 
 -- The lanes made exact: each pending delta is applied to a lane this claimer can lock (SKIP
 -- LOCKED: a lane another claimer is folding is left to it), and the first offered head of each
--- band a delta names is looked up again (one probe per band of the flagged heads, one of the
--- promoted ones if any run is promoted: a test made once per fold, in the fold's snapshot). `locked` is materialised:
--- every lane is locked (or skipped) once, before any delta is taken, so a fold never takes some
--- of a lane's deltas (those seen after another folder let go) and not the others. The new count
--- adds the deltas to the count read under that lock (the lane's newest version, which nobody
--- else can change until this transaction ends), never to the version the statement's snapshot
--- saw: another folder may have committed a newer one in between. agent_claim runs the same
--- statement inline.
+-- band a delta names is looked up again (one probe per band of the flagged heads, and one of the
+-- promoted ones if any run is promoted: a test made once per fold, in the fold's snapshot).
+-- `locked` is materialised: every lane is locked (or skipped) once, before any delta is taken,
+-- so a fold never takes some of a lane's deltas (those seen after another folder let go) and not
+-- the others. The new count adds the deltas to the count read under that lock (the lane's newest
+-- version, which nobody else can change until this transaction ends), never to the version the
+-- statement's snapshot saw: another folder may have committed a newer one in between.
+-- agent_claim runs the same statement inline.
 CREATE FUNCTION agent_lane_fold() RETURNS void LANGUAGE sql
 SET enable_seqscan = off
 SET jit = off
@@ -131,9 +131,9 @@ $$;
 -- always has one head, flagged (its leased run, or a queued one) or named (a queued one), so it
 -- has none exactly when it has no flagged head and no queued run that is not flagged: a probe of
 -- uq_agent_run_head and, only without a flagged head, one of ix_agent_run_waiting (empty in a
--- queue of unique subjects), never of agent_subject_head. No SET clause, so the planner inlines the body into its
--- callers; every name in it is pg_catalog's, qualified, so it resolves alike whatever the
--- caller's search_path.
+-- queue of unique subjects), never of agent_subject_head. The lock function has no SET clause, so
+-- the planner inlines its body into its callers; every name in it is pg_catalog's, qualified, so
+-- it resolves alike whatever the caller's search_path.
 CREATE FUNCTION agent_subject_lock(workspace text, subject text) RETURNS void
 LANGUAGE sql
 AS $$
