@@ -160,16 +160,15 @@ async def test_lanes_equal_the_runs_after_concurrent_claims_ends_requeues_and_ta
     replicas = [Replica(postgres_url, clock) for _ in range(4)]
     try:
         await enqueue(replicas[0], random.Random(1), 150)
-        named = 0
         for wave in range(3):
             await asyncio.gather(
                 *(act(replica, seed=10 * wave + n, rounds=25) for n, replica in enumerate(replicas))
             )
-            named += assert_lanes_true(postgres_url)
+            assert_lanes_true(postgres_url)
             clock.advance(LEASE * 2)  # the abandoned leases expire
             taken = await asyncio.gather(*(take_back_expired(replica) for replica in replicas[:2]))
             assert sum(taken) > 0
-            named += assert_lanes_true(postgres_url)
+            assert_lanes_true(postgres_url)
 
         # Nothing is lost: the queue drains to its last run through the lanes alone.
         async with replicas[0].db.transaction() as tx:
@@ -187,15 +186,29 @@ async def test_lanes_equal_the_runs_after_concurrent_claims_ends_requeues_and_ta
                 await replicas[0].runs.end_many(
                     tx, [EndWrite(run.fence, TerminationReason.COMPLETED) for run in left]
                 )
-            named += assert_lanes_true(postgres_url)
+            assert_lanes_true(postgres_url)
             async with replicas[0].db.transaction() as tx:
                 left = await replicas[0].runs.claim(tx, ClaimRequest(holder="drain", limit=10_000))
         assert_lanes_true(postgres_url)
-        assert named > 0  # promoted heads were checked while named on their subjects' rows
         with psycopg.connect(postgres_url, autocommit=True) as raw:
             assert raw.execute(
                 "SELECT count(*) FROM agent_run WHERE state <> 'ended'"
             ).fetchone() == (0,)
+
+        # Whatever the interleaving above left named, a head named on its subject's row is
+        # checked at least once (ADRs/0036): the end of a subject's first run names its second.
+        async with replicas[0].db.transaction() as tx:
+            first = await replicas[0].runs.insert(tx, new_run(random.Random(2)))
+            second = await replicas[0].runs.insert(tx, new_run(random.Random(2)))
+        for expected in (first, second):
+            async with replicas[0].db.transaction() as tx:
+                claimed = await replicas[0].runs.claim(tx, ClaimRequest(holder="h", limit=10))
+            assert [run.id for run in claimed] == [expected.id]
+            async with replicas[0].db.transaction() as tx:
+                await replicas[0].runs.end_many(
+                    tx, [EndWrite(claimed[0].fence, TerminationReason.COMPLETED)]
+                )
+            assert assert_lanes_true(postgres_url) == (1 if expected is first else 0)
     finally:
         for replica in replicas:
             await replica.db.dispose()
