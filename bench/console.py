@@ -25,7 +25,7 @@ import httpx
 import psycopg
 
 import agentruns
-from bench.population import BOOKKEEPING
+from bench.population import BOOKKEEPING, HEADS
 from bench.results import write_section
 from bench.server import bench_server
 from tests.browser.kinds import KINDS
@@ -89,9 +89,10 @@ def populate(url: str, runs: int) -> None:
             connection.execute(FILL, {"count": runs, "leased": 500})
             connection.execute(FAILURES)
             connection.execute(EVENTS)
+            connection.execute(HEADS)
             connection.execute("ALTER TABLE agent_run ENABLE TRIGGER USER")
             connection.execute("ALTER TABLE agent_run_event ENABLE TRIGGER USER")
-            # The heads and lanes the triggers would have kept (bench/population.py's way).
+            # The lanes the triggers would have kept (bench/population.py's way).
             connection.execute(BOOKKEEPING)
         # Where the reaper leaves ended runs (ADRs/0035): the console reads them there.
         connection.execute("SELECT agent_run_archive(NULL)")

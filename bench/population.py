@@ -33,8 +33,9 @@ FROM generate_series(1, %(count)s) AS g
 """
 
 # What the triggers would have kept: each subject's head (its leased run, else its first queued
-# run), a row per workspace, and every lane folded (ADRs/0017).
-BOOKKEEPING = """
+# run, flagged as an enqueue flags it: ADRs/0036), written with the triggers still off; then a row
+# per workspace, and every lane folded (ADRs/0017).
+HEADS = """
 UPDATE agent_run r SET head = true
 FROM (SELECT DISTINCT ON (q.workspace, q.subject) q.id
       FROM agent_run q
@@ -42,7 +43,10 @@ FROM (SELECT DISTINCT ON (q.workspace, q.subject) q.id
           SELECT 1 FROM agent_run l
           WHERE l.workspace = q.workspace AND l.subject = q.subject AND l.state = 'leased')
       ORDER BY q.workspace, q.subject, q.seq) h
-WHERE r.id = h.id;
+WHERE r.id = h.id
+"""
+
+BOOKKEEPING = """
 INSERT INTO agent_workspace (id) SELECT DISTINCT workspace FROM agent_run ON CONFLICT DO NOTHING;
 INSERT INTO agent_workspace_delta (workspace, leased, bands)
 SELECT w.id, (SELECT count(*) FROM agent_run r WHERE r.workspace = w.id AND r.state = 'leased')
@@ -80,6 +84,7 @@ def populate(
                 sql,
                 {"state": state, "count": count, "subjects": spread, "workspaces": workspaces},
             )
+        connection.execute(HEADS)
         connection.execute("ALTER TABLE agent_run ENABLE TRIGGER USER")
         connection.execute(BOOKKEEPING)
     connection.execute("ANALYZE")

@@ -1,13 +1,14 @@
 """``python -m bench.schema_ab``: the worker loop on two revisions of the schema, the same code.
 
     .venv/bin/python -m bench.schema_ab --before 0028_rolling_budgets [--after head]
-        [--rounds 6] [--jobs 15000]
+        [--rounds 6] [--jobs 15000] [--runs-per-subject 4]
 
 A schema lever (a trigger, a function, an index) changes no Python: its effect is the same
 drain on a database migrated to the revision before it and on one migrated to it. Each round
 drains ``--jobs`` runs with the worker loop (1,024 slots, ``bench.throughput``'s queue) once on
 each side, each on a fresh database of the embedded server, the order alternating round by
-round, and reports per drain and as medians: runs/s, the whole machine's CPU per run, the bench
+round (``--runs-per-subject 1``: every run its subject's only one, so no end promotes a next
+run), and reports per drain and as medians: runs/s, the whole machine's CPU per run, the bench
 process's CPU per run, WAL records per run, and the server time of each of agentruns' functions
 (``track_functions = 'all'``: self time, the statements inside a function included).
 
@@ -29,6 +30,7 @@ import psycopg
 from bench.cpu_split import client_cpu, functions, machine, wal
 from bench.server import BenchServer, bench_server
 from bench.throughput import agentruns_runner
+from bench.throughput.agentruns_runner import RUNS_PER_SUBJECT
 
 
 @dataclass(frozen=True)
@@ -40,10 +42,14 @@ class Drain:
     functions: dict[str, float]  # µs per run, self time
 
 
-async def drain(server: BenchServer, revision: str, jobs: int) -> Drain:
+async def drain(
+    server: BenchServer, revision: str, jobs: int, runs_per_subject: int = RUNS_PER_SUBJECT
+) -> Drain:
     url = server.create_database("schema-ab")
     try:
-        await agentruns_runner.prepare(url, jobs, revision=revision)
+        await agentruns_runner.prepare(
+            url, jobs, revision=revision, runs_per_subject=runs_per_subject
+        )
         name = urlsplit(url).path.lstrip("/")
         async with await psycopg.AsyncConnection.connect(url, autocommit=True) as conn:
             await conn.execute(f"ALTER DATABASE \"{name}\" SET track_functions = 'all'")
@@ -76,14 +82,16 @@ def shown(side: str, drained: Drain) -> str:
     )
 
 
-async def main_async(before: str, after: str, rounds: int, jobs: int) -> None:
+async def main_async(
+    before: str, after: str, rounds: int, jobs: int, runs_per_subject: int = RUNS_PER_SUBJECT
+) -> None:
     print(f"load average before: {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
     sides: dict[str, list[Drain]] = {before: [], after: []}
     with bench_server() as server:
         for round_ in range(rounds):
             order = (before, after) if round_ % 2 == 0 else (after, before)
             for side in order:
-                drained = await drain(server, side, jobs)
+                drained = await drain(server, side, jobs, runs_per_subject)
                 sides[side].append(drained)
                 print(f"round {round_} {shown(side, drained)}", flush=True)
     for side, drains in sides.items():
@@ -107,8 +115,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--after", default="head", help="the revision with it (head)")
     parser.add_argument("--rounds", type=int, default=6, help="alternating rounds (6)")
     parser.add_argument("--jobs", type=int, default=15_000, help="runs per drain (15,000)")
+    parser.add_argument(
+        "--runs-per-subject",
+        type=int,
+        default=RUNS_PER_SUBJECT,
+        help=f"runs of each subject in the queue ({RUNS_PER_SUBJECT}, as benched)",
+    )
     args = parser.parse_args(argv)
-    asyncio.run(main_async(args.before, args.after, args.rounds, args.jobs))
+    asyncio.run(main_async(args.before, args.after, args.rounds, args.jobs, args.runs_per_subject))
     return 0
 
 

@@ -32,7 +32,8 @@ WHERE id = %s
 RESET = """
 SET session_replication_role = replica;
 TRUNCATE agent_run, agent_run_history, agent_run_event, agent_run_failure, review_job,
-         agent_workspace, agent_workspace_delta, agent_budget_hold, agent_run_watch;
+         agent_workspace, agent_workspace_delta, agent_subject_head, agent_budget_hold,
+         agent_run_watch;
 SET session_replication_role = origin;
 """
 

@@ -36,25 +36,39 @@ SELECT w.id, w.leased,
        w.h0_due, w.h0_seq, w.h1_due, w.h1_seq, w.h2_due, w.h2_seq,
        b0.due_at, b0.seq, b1.due_at, b1.seq, b2.due_at, b2.seq
 FROM agent_workspace w
-LEFT JOIN LATERAL (SELECT due_at, seq FROM agent_run WHERE workspace = w.id AND band = 0
-    AND state = 'queued' AND head AND NOT parked ORDER BY due_at, seq LIMIT 1) b0 ON true
-LEFT JOIN LATERAL (SELECT due_at, seq FROM agent_run WHERE workspace = w.id AND band = 1
-    AND state = 'queued' AND head AND NOT parked ORDER BY due_at, seq LIMIT 1) b1 ON true
-LEFT JOIN LATERAL (SELECT due_at, seq FROM agent_run WHERE workspace = w.id AND band = 2
-    AND state = 'queued' AND head AND NOT parked ORDER BY due_at, seq LIMIT 1) b2 ON true
+LEFT JOIN LATERAL (SELECT due_at, seq FROM agent_run r WHERE workspace = w.id AND band = 0
+    AND state = 'queued' AND NOT parked AND (head OR id IN (SELECT run_id FROM agent_subject_head))
+    ORDER BY due_at, seq LIMIT 1) b0 ON true
+LEFT JOIN LATERAL (SELECT due_at, seq FROM agent_run r WHERE workspace = w.id AND band = 1
+    AND state = 'queued' AND NOT parked AND (head OR id IN (SELECT run_id FROM agent_subject_head))
+    ORDER BY due_at, seq LIMIT 1) b1 ON true
+LEFT JOIN LATERAL (SELECT due_at, seq FROM agent_run r WHERE workspace = w.id AND band = 2
+    AND state = 'queued' AND NOT parked AND (head OR id IN (SELECT run_id FROM agent_subject_head))
+    ORDER BY due_at, seq LIMIT 1) b2 ON true
 ORDER BY w.id
 """
 
 # Per subject with runs not ended: its head, if it is the one it must be (the leased run, or
-# else the first queued run), and how many heads it has.
+# else the first queued run), and how many heads it has, flagged on a run or named by the
+# subject's row (ADRs/0036).
 HEADS = """
-SELECT workspace, subject, count(*) FILTER (WHERE head) AS heads,
-       bool_or(head AND (state = 'leased'
-                         OR seq = (SELECT min(q.seq) FROM agent_run q
-                                   WHERE q.workspace = r.workspace AND q.subject = r.subject
-                                     AND q.state = 'queued'))) AS right_head
-FROM agent_run r WHERE state <> 'ended'
+SELECT workspace, subject, count(*) FILTER (WHERE is_head) AS heads,
+       bool_or(is_head AND (state = 'leased'
+                            OR seq = (SELECT min(q.seq) FROM agent_run q
+                                      WHERE q.workspace = r.workspace AND q.subject = r.subject
+                                        AND q.state = 'queued'))) AS right_head
+FROM (SELECT *, head OR id IN (SELECT run_id FROM agent_subject_head) AS is_head
+      FROM agent_run) r
+WHERE state <> 'ended'
 GROUP BY workspace, subject
+"""
+
+# Every name on a subject's row is a queued run of that subject not flagged head.
+NAMED = """
+SELECT count(*), count(*) FILTER (WHERE r.state = 'queued' AND NOT r.head
+                                   AND (r.workspace, r.subject, r.band, r.due_at, r.seq)
+                                       = (o.workspace, o.subject, o.band, o.due_at, o.seq))
+FROM agent_subject_head o LEFT JOIN agent_run r ON r.id = o.run_id
 """
 
 
@@ -118,7 +132,8 @@ async def take_back_expired(replica: Replica) -> int:
     return len(taken)
 
 
-def assert_lanes_true(url: str) -> None:
+def assert_lanes_true(url: str) -> int:
+    """Check every lane and head against the runs; the number of promoted heads named."""
     with psycopg.connect(url, autocommit=True) as raw:
         raw.execute("SELECT agent_lane_fold()")
         pending = raw.execute("SELECT count(*) FROM agent_workspace_delta").fetchone()
@@ -131,6 +146,11 @@ def assert_lanes_true(url: str) -> None:
             assert lane[:6] == lane[6:], f"{workspace}'s heads {lane[:6]} are not {lane[6:]}"
         for workspace, subject, heads, right in raw.execute(HEADS).fetchall():
             assert (heads, right) == (1, True), f"{workspace}/{subject}: {heads} heads"
+        counted = raw.execute(NAMED).fetchone()
+        assert counted is not None
+        named, right_named = counted
+        assert named == right_named, f"{named - right_named} names of runs that are not heads"
+        return int(named)
 
 
 async def test_lanes_equal_the_runs_after_concurrent_claims_ends_requeues_and_take_backs(
@@ -166,6 +186,7 @@ async def test_lanes_equal_the_runs_after_concurrent_claims_ends_requeues_and_ta
                 await replicas[0].runs.end_many(
                     tx, [EndWrite(run.fence, TerminationReason.COMPLETED) for run in left]
                 )
+            assert_lanes_true(postgres_url)
             async with replicas[0].db.transaction() as tx:
                 left = await replicas[0].runs.claim(tx, ClaimRequest(holder="drain", limit=10_000))
         assert_lanes_true(postgres_url)
@@ -173,6 +194,21 @@ async def test_lanes_equal_the_runs_after_concurrent_claims_ends_requeues_and_ta
             assert raw.execute(
                 "SELECT count(*) FROM agent_run WHERE state <> 'ended'"
             ).fetchone() == (0,)
+
+        # Whatever the interleaving above left named, a head named on its subject's row is
+        # checked at least once (ADRs/0036): the end of a subject's first run names its second.
+        async with replicas[0].db.transaction() as tx:
+            first = await replicas[0].runs.insert(tx, new_run(random.Random(2)))
+            second = await replicas[0].runs.insert(tx, new_run(random.Random(2)))
+        for expected in (first, second):
+            async with replicas[0].db.transaction() as tx:
+                claimed = await replicas[0].runs.claim(tx, ClaimRequest(holder="h", limit=10))
+            assert [run.id for run in claimed] == [expected.id]
+            async with replicas[0].db.transaction() as tx:
+                await replicas[0].runs.end_many(
+                    tx, [EndWrite(claimed[0].fence, TerminationReason.COMPLETED)]
+                )
+            assert assert_lanes_true(postgres_url) == (1 if expected is first else 0)
     finally:
         for replica in replicas:
             await replica.db.dispose()

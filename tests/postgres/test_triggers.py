@@ -94,6 +94,22 @@ def test_a_run_is_inserted_queued(db: psycopg.Connection[tuple[object, ...]]) ->
     assert _refused(db, sql, str(uuid4()), "s") == "guard_agent_run"
 
 
+FLAG = "UPDATE agent_run SET head = true WHERE id = %s"
+HEADS = """
+SELECT r.id::text, r.head, o.run_id IS NOT NULL AS named
+FROM agent_run r LEFT JOIN agent_subject_head o
+  ON o.workspace = r.workspace AND o.subject = r.subject AND o.run_id = r.id
+WHERE r.subject = %s ORDER BY r.seq
+"""
+
+
+def _heads(db: psycopg.Connection[tuple[object, ...]], subject: str) -> list[tuple[object, ...]]:
+    return db.execute(HEADS, (subject,)).fetchall()
+
+
+LEASE_FLAGGED = LEASE.replace("SET ", "SET head = true, ")
+
+
 def test_two_leased_runs_of_one_subject_are_refused(
     db: psycopg.Connection[tuple[object, ...]],
 ) -> None:
@@ -101,23 +117,92 @@ def test_two_leased_runs_of_one_subject_are_refused(
     _run(db, "leased", "same")
     second = _run(db, "queued", "same")
     assert _refused(db, LEASE, second) == "ck_agent_run_head"
-    with pytest.raises(errors.UniqueViolation) as refused:
-        db.execute("UPDATE agent_run SET head = true WHERE id = %s", (second,))
-    assert refused.value.diag.constraint_name == "uq_agent_run_head"
+    for sql in (FLAG, LEASE_FLAGGED):
+        with pytest.raises(errors.UniqueViolation) as refused:
+            db.execute(sql, (second,))
+        assert refused.value.diag.constraint_name == "uq_agent_run_head"
 
 
 def test_a_head_that_ends_hands_its_subject_to_the_next_waiting_run(
     db: psycopg.Connection[tuple[object, ...]],
 ) -> None:
-    """Ended by raw SQL that never names the head, the subject still moves on in queue order."""
+    """Ended by raw SQL that never names the head, the subject still moves on in queue order: the
+    next run is named on the subject's row (ADRs/0036), and its lease flags it head."""
     first = _run(db, "leased", "same")
     second = _run(db, "queued", "same")
     third = _run(db, "queued", "same")
     db.execute(END, (first,))
-    heads = db.execute(
-        "SELECT id::text, head FROM agent_run WHERE subject = 'same' ORDER BY seq"
-    ).fetchall()
-    assert heads == [(first, False), (second, True), (third, False)]
+    assert _heads(db, "same")[1:] == [(second, False, True), (third, False, False)]
+    db.execute(LEASE_FLAGGED, (second,))
+    assert _heads(db, "same") == [
+        (first, False, False),
+        (second, True, False),
+        (third, False, False),
+    ]
+
+
+def test_only_the_promoted_head_is_leased(db: psycopg.Connection[tuple[object, ...]]) -> None:
+    """Subject FIFO holds while a head is named on the subject's row: the run after it is neither
+    leased nor flagged head, and a new run of the subject waits behind it."""
+    first = _run(db, "leased", "same")
+    second = _run(db, "queued", "same")
+    third = _run(db, "queued", "same")
+    db.execute(END, (first,))
+    fourth = _run(db, "queued", "same")
+    for run in (third, fourth):
+        assert _refused(db, LEASE, run) == "ck_agent_run_head"
+        assert _refused(db, LEASE_FLAGGED, run) == "guard_agent_run_head"
+        assert _refused(db, FLAG, run) == "guard_agent_run_head"
+    assert _heads(db, "same") == [
+        (first, False, False),
+        (second, False, True),
+        (third, False, False),
+        (fourth, False, False),
+    ]
+    db.execute(FLAG, (second,))  # a raw promotion of the named head takes it, as a claim does
+    assert _heads(db, "same")[1] == (second, True, False)
+    with pytest.raises(errors.UniqueViolation):
+        db.execute(LEASE_FLAGGED, (third,))
+
+
+def test_a_promoted_head_that_ends_unclaimed_hands_its_subject_on(
+    db: psycopg.Connection[tuple[object, ...]],
+) -> None:
+    """A named head cancelled before its claim leaves its subject to the next run."""
+    first = _run(db, "leased", "same")
+    second = _run(db, "queued", "same")
+    third = _run(db, "queued", "same")
+    db.execute(END, (first,))
+    db.execute(END.replace("leased_until = NULL", "leased_until = NULL, head = false"), (second,))
+    assert _heads(db, "same")[1:] == [(second, False, False), (third, False, True)]
+    db.execute(LEASE_FLAGGED, (third,))
+    assert _heads(db, "same")[2] == (third, True, False)
+
+
+@pytest.mark.parametrize(
+    "sql",
+    [
+        "DELETE FROM agent_subject_head",
+        "UPDATE agent_subject_head SET run_id = %(third)s",
+        "UPDATE agent_subject_head SET due_at = due_at - interval '1 hour'",
+        "INSERT INTO agent_subject_head (workspace, subject, run_id, band, due_at, seq) "
+        "SELECT 'acme', 'other', %(third)s, 1, now(), 1",
+        "TRUNCATE agent_subject_head",
+    ],
+)
+def test_only_the_runs_triggers_name_a_subjects_head(
+    db: psycopg.Connection[tuple[object, ...]], sql: str
+) -> None:
+    """agent_subject_head is written by agent_run's triggers alone: a writer cannot move the name
+    to another run, take it away, or reorder it (ADRs/0036)."""
+    first = _run(db, "leased", "same")
+    second = _run(db, "queued", "same")
+    third = _run(db, "queued", "same")
+    db.execute(END, (first,))
+    with pytest.raises(errors.CheckViolation) as refused:
+        db.execute(sql, {"third": third})
+    assert refused.value.diag.constraint_name == "guard_agent_subject_head"
+    assert _heads(db, "same")[1] == (second, False, True)
 
 
 JOB = (
@@ -163,3 +248,18 @@ def test_a_job_and_its_run_that_move_together_commit(
     assert db.execute("SELECT status FROM review_job WHERE run_id = %s", (run_id,)).fetchone() == (
         "running",
     )
+
+
+def test_a_named_head_made_due_later_keeps_its_place_in_the_claims_order(
+    db: psycopg.Connection[tuple[object, ...]],
+) -> None:
+    """A merge's debounce of a promoted head (ADRs/0031) moves its subject's row with it, so the
+    claim ranks it at its new due time (ADRs/0036)."""
+    first = _run(db, "leased", "same")
+    second = _run(db, "queued", "same")
+    db.execute(END, (first,))
+    db.execute("UPDATE agent_run SET due_at = due_at + interval '1 hour' WHERE id = %s", (second,))
+    moved = db.execute(
+        "SELECT o.due_at = r.due_at FROM agent_subject_head o JOIN agent_run r ON r.id = o.run_id"
+    ).fetchall()
+    assert moved == [(True,)]

@@ -60,6 +60,8 @@ _REFUSALS = {
     "guard_agent_run_ended": "an ended run has a reason and an end time, and no lease",
     "uq_agent_run_head": "a subject has one head run (its leased run, or its first queued one)",
     "ck_agent_run_head": "a leased run is its subject's head, an ended run is not",
+    "guard_agent_run_head": "only its subject's head is leased or flagged head (subject FIFO)",
+    "guard_agent_subject_head": "a subject's head is named by the runs' triggers only",
     "agent_run_pkey": "a run with this id exists already",
     "guard_agent_sandbox": "the sandbox's state table or identity",
     "guard_agent_sandbox_times": "a sandbox's first call is kept and its last use never goes back",

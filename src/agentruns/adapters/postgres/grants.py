@@ -110,6 +110,12 @@ OBJECTS: tuple[Privileges, ...] = (
         "the lanes' ledger: triggers append, every claim folds and deletes",
     ),
     _table(
+        "agent_subject_head",
+        _DML,
+        "promoted subject heads: an end's trigger names one, its claim's deletes it, a "
+        "debounce's moves it (ADRs/0036)",
+    ),
+    _table(
         "agent_kind",
         ("SELECT", "INSERT"),
         "an enqueue's trigger records its kind; a worker's claim reads the kinds seen",
@@ -213,6 +219,7 @@ OBJECTS: tuple[Privileges, ...] = (
             "agent_run_enqueued",
             "agent_run_event_watched",
             "agent_run_gone",
+            "agent_run_head_postponed",
             "agent_run_inserted",
             "agent_run_moved",
             "agent_run_requeued",
@@ -230,6 +237,7 @@ OBJECTS: tuple[Privileges, ...] = (
             "refuse_agent_run_result",
             "refuse_agent_run_truncate",
             "refuse_agent_sandbox_delete",
+            "refuse_agent_subject_head_write",
         )
     ),
 )

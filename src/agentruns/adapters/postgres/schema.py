@@ -246,6 +246,23 @@ agent_run_history = Table(
 )
 
 
+# A subject's head named on a narrow row (ADRs/0036): the run an end promoted, from its promotion
+# until its claim flags it head on its own row and deletes this one (or until it ends). Its band,
+# due time and queue order are the run's, copied so the claim reads promoted heads in claim order
+# from this table's index (ddl/lanes.sql). Written only by agent_run's triggers.
+agent_subject_head = Table(
+    "agent_subject_head",
+    metadata,
+    Column("workspace", Text, nullable=False),
+    Column("subject", Text, nullable=False),
+    Column("run_id", UUID(as_uuid=True), nullable=False),
+    Column("band", SmallInteger, nullable=False),
+    Column("due_at", TZ, nullable=False),
+    Column("seq", BigInteger, nullable=False),
+    PrimaryKeyConstraint("workspace", "subject"),
+)
+
+
 # Each enqueue key of a workspace and the run it names now: an enqueue with a key takes the row
 # (INSERT ... ON CONFLICT DO NOTHING) or finds it; a key past its run's retention moves to the new
 # run under the row's lock; a purge deletes the rows of the runs it deletes (ADRs/0024). No key

@@ -576,7 +576,7 @@ SELECT * FROM agent_claim(CAST(:now AS timestamptz), CAST(:aging AS interval), :
 
 _CLAIMED = f"""
 , claimed AS (
-    UPDATE agent_run r SET state = 'leased', epoch = r.epoch + 1,
+    UPDATE agent_run r SET state = 'leased', epoch = r.epoch + 1, head = true,
                            leased_until = clock.now + r.lease, holder = :holder,
                            claimed_at = clock.now, parked = false
     FROM picked, clock WHERE r.id = picked.id
@@ -620,10 +620,19 @@ heads AS (
     SELECT w.id AS workspace, w.leased, c.id, c.band, c.due_at, c.seq
     FROM open_ws w CROSS JOIN bands b CROSS JOIN clock
     CROSS JOIN LATERAL (
-        SELECT r.id, r.band, r.due_at, r.seq FROM agent_run r
-        WHERE r.workspace = w.id AND r.band = b.band AND r.state = 'queued' AND r.head
-          AND NOT r.parked AND r.due_at <= clock.now AND r.kind = ANY(CAST(:kinds AS text[]))
-        ORDER BY r.due_at, r.seq LIMIT :limit) c
+        SELECT x.id, x.band, x.due_at, x.seq FROM (
+            (SELECT r.id, r.band, r.due_at, r.seq FROM agent_run r
+             WHERE r.workspace = w.id AND r.band = b.band AND r.state = 'queued' AND r.head
+               AND NOT r.parked AND r.due_at <= clock.now
+               AND r.kind = ANY(CAST(:kinds AS text[]))
+             ORDER BY r.due_at, r.seq LIMIT :limit)
+            UNION ALL
+            (SELECT o.run_id, o.band, o.due_at, o.seq FROM agent_subject_head o
+             JOIN agent_run r ON r.id = o.run_id
+             WHERE o.workspace = w.id AND o.band = b.band AND o.due_at <= clock.now
+               AND r.kind = ANY(CAST(:kinds AS text[]))
+             ORDER BY o.due_at, o.seq LIMIT :limit)) x
+        ORDER BY x.due_at, x.seq LIMIT :limit) c
 ),
 ranked AS (
     SELECT id, due_at, seq, {_effective_band("band", "due_at")} AS eb,
@@ -636,23 +645,30 @@ picked AS (
     SELECT r.id, k.eb AS claim_band, k.load AS claim_load
     FROM (SELECT * FROM ranked ORDER BY eb, load, due_at, seq LIMIT :pool) k
     JOIN agent_run r ON r.id = k.id
-    WHERE r.state = 'queued' AND r.head
+    WHERE r.state = 'queued' AND (r.head OR EXISTS (
+        SELECT 1 FROM agent_subject_head o
+        WHERE o.workspace = r.workspace AND o.subject = r.subject AND o.run_id = r.id))
     ORDER BY k.eb, k.load, k.due_at, k.seq
     LIMIT :limit
     FOR UPDATE OF r SKIP LOCKED
 ){_CLAIMED}
 """)
 
-# claim_subject: the subject's head, one read through uq_agent_run_head.
+# claim_subject: the subject's head, flagged (one read through uq_agent_run_head) or named by the
+# subject's row (its key: ADRs/0036).
 CLAIM_SUBJECT = statement(f"""
 WITH clock AS MATERIALIZED (SELECT {NOW} AS now, CAST(:aging AS interval) AS aging),
 picked AS (
     SELECT r.id, {_effective_band("r.band", "r.due_at")} AS claim_band, 0 AS claim_load
-    FROM agent_run r
+    FROM (SELECT h.id FROM agent_run h
+          WHERE h.workspace = :workspace AND h.subject = :subject AND h.head
+          UNION ALL
+          SELECT o.run_id FROM agent_subject_head o
+          WHERE o.workspace = :workspace AND o.subject = :subject) s
+    JOIN agent_run r ON r.id = s.id
     JOIN agent_workspace w ON w.id = r.workspace
     CROSS JOIN clock
-    WHERE r.workspace = :workspace AND r.subject = :subject AND r.head
-      AND r.state = 'queued' AND r.due_at <= clock.now
+    WHERE r.state = 'queued' AND r.due_at <= clock.now
       AND w.active AND {_KINDS.format(kind="r.kind")}
       AND NOT EXISTS (
           SELECT 1 FROM agent_budget_hold h WHERE h.workspace = w.id AND h.until > clock.now)

@@ -11,6 +11,11 @@
 -- rank a wider pool for the rest. The leases taken reach their lanes through the ledger, folded
 -- by the next claim.
 --
+-- A subject's head is flagged on its run, or, promoted by an end and not yet claimed, named by
+-- its subject's row in agent_subject_head (ADRs/0036): both are read, each from its index in
+-- claim order, merged. A lease flags its run head; for a promoted head the statement's trigger
+-- then deletes its subject's row (agent_run_moved).
+--
 -- A waiting run is parked (ADRs/0029): out of ix_agent_run_offered, so neither the ranking nor
 -- the lanes' fold reads it while it waits; the claim first offers again the waits whose end has
 -- passed (a signal's wake-up offers its run itself).
@@ -55,6 +60,7 @@ DECLARE
     more uuid[];
     more_bands integer[];
     more_loads bigint[];
+    promoted boolean;
 BEGIN
     -- A wait whose end has passed is offered again first, whatever the limit (a claim of some
     -- kinds calls this with none before its own read): one probe of ix_agent_run_parked when
@@ -99,23 +105,46 @@ BEGIN
         h2_seq = CASE WHEN s.bands & 4 <> 0 THEN b2.seq ELSE w.h2_seq END
     FROM summed s
     LEFT JOIN LATERAL (
-        SELECT h.due_at, h.seq FROM agent_run h
-        WHERE s.bands & 1 <> 0 AND h.workspace = s.workspace AND h.band = 0
-          AND h.state = 'queued' AND h.head AND NOT h.parked
-        ORDER BY h.due_at, h.seq LIMIT 1) b0 ON true
+        SELECT x.due_at, x.seq FROM (
+            (SELECT h.due_at, h.seq FROM agent_run h
+             WHERE s.bands & 1 <> 0 AND h.workspace = s.workspace AND h.band = 0
+               AND h.state = 'queued' AND h.head AND NOT h.parked
+             ORDER BY h.due_at, h.seq LIMIT 1)
+            UNION ALL
+            (SELECT o.due_at, o.seq FROM agent_subject_head o
+             WHERE s.bands & 1 <> 0 AND EXISTS (SELECT 1 FROM agent_subject_head)
+               AND o.workspace = s.workspace AND o.band = 0
+             ORDER BY o.due_at, o.seq LIMIT 1)) x
+        ORDER BY x.due_at, x.seq LIMIT 1) b0 ON true
     LEFT JOIN LATERAL (
-        SELECT h.due_at, h.seq FROM agent_run h
-        WHERE s.bands & 2 <> 0 AND h.workspace = s.workspace AND h.band = 1
-          AND h.state = 'queued' AND h.head AND NOT h.parked
-        ORDER BY h.due_at, h.seq LIMIT 1) b1 ON true
+        SELECT x.due_at, x.seq FROM (
+            (SELECT h.due_at, h.seq FROM agent_run h
+             WHERE s.bands & 2 <> 0 AND h.workspace = s.workspace AND h.band = 1
+               AND h.state = 'queued' AND h.head AND NOT h.parked
+             ORDER BY h.due_at, h.seq LIMIT 1)
+            UNION ALL
+            (SELECT o.due_at, o.seq FROM agent_subject_head o
+             WHERE s.bands & 2 <> 0 AND EXISTS (SELECT 1 FROM agent_subject_head)
+               AND o.workspace = s.workspace AND o.band = 1
+             ORDER BY o.due_at, o.seq LIMIT 1)) x
+        ORDER BY x.due_at, x.seq LIMIT 1) b1 ON true
     LEFT JOIN LATERAL (
-        SELECT h.due_at, h.seq FROM agent_run h
-        WHERE s.bands & 4 <> 0 AND h.workspace = s.workspace AND h.band = 2
-          AND h.state = 'queued' AND h.head AND NOT h.parked
-        ORDER BY h.due_at, h.seq LIMIT 1) b2 ON true
+        SELECT x.due_at, x.seq FROM (
+            (SELECT h.due_at, h.seq FROM agent_run h
+             WHERE s.bands & 4 <> 0 AND h.workspace = s.workspace AND h.band = 2
+               AND h.state = 'queued' AND h.head AND NOT h.parked
+             ORDER BY h.due_at, h.seq LIMIT 1)
+            UNION ALL
+            (SELECT o.due_at, o.seq FROM agent_subject_head o
+             WHERE s.bands & 4 <> 0 AND EXISTS (SELECT 1 FROM agent_subject_head)
+               AND o.workspace = s.workspace AND o.band = 2
+             ORDER BY o.due_at, o.seq LIMIT 1)) x
+        ORDER BY x.due_at, x.seq LIMIT 1) b2 ON true
     WHERE w.id = s.workspace AND w.id = ANY (ARRAY(SELECT workspace FROM summed))
       AND (s.k <> 0 OR s.bands <> 0);
     END IF;
+    -- Promoted heads are ranked beside the flagged ones; with none, their branch is not run.
+    promoted := EXISTS (SELECT 1 FROM agent_subject_head);
     LOOP
         scale := 1;
         LOOP
@@ -180,12 +209,19 @@ BEGIN
                 FROM chosen c CROSS JOIN quota q
                 CROSS JOIN (VALUES (0::smallint), (1::smallint), (2::smallint)) b (band)
                 CROSS JOIN LATERAL (
-                    SELECT r.id, r.band, r.due_at, r.seq,
-                           row_number() OVER (ORDER BY r.due_at, r.seq) AS n
-                    FROM agent_run r
-                    WHERE r.workspace = c.id AND r.band = b.band AND r.state = 'queued' AND r.head
-                      AND NOT r.parked AND r.due_at <= now_
-                    ORDER BY r.due_at, r.seq LIMIT q.m) h
+                    SELECT x.id, x.band, x.due_at, x.seq,
+                           row_number() OVER (ORDER BY x.due_at, x.seq) AS n
+                    FROM (
+                        (SELECT r.id, r.band, r.due_at, r.seq FROM agent_run r
+                         WHERE r.workspace = c.id AND r.band = b.band AND r.state = 'queued'
+                           AND r.head AND NOT r.parked AND r.due_at <= now_
+                         ORDER BY r.due_at, r.seq LIMIT q.m)
+                        UNION ALL
+                        (SELECT o.run_id, o.band, o.due_at, o.seq FROM agent_subject_head o
+                         WHERE promoted AND o.workspace = c.id AND o.band = b.band
+                           AND o.due_at <= now_
+                         ORDER BY o.due_at, o.seq LIMIT q.m)) x
+                    ORDER BY x.due_at, x.seq LIMIT q.m) h
             ),
             keyed AS (
                 SELECT *, CASE WHEN band = 2 AND p_aging > interval '0' AND due_at <= now_ - p_aging
@@ -218,11 +254,15 @@ BEGIN
             FROM unnest(candidates) WITH ORDINALITY AS c (id, eb, load, ord)
             CROSS JOIN LATERAL (
                 SELECT r.id FROM agent_run r
-                WHERE r.id = c.id AND r.state = 'queued' AND r.head AND r.id <> ALL (ids)
+                WHERE r.id = c.id AND r.state = 'queued' AND r.id <> ALL (ids)
+                  AND (r.head OR EXISTS (
+                      SELECT 1 FROM agent_subject_head o
+                      WHERE o.workspace = r.workspace AND o.subject = r.subject
+                        AND o.run_id = r.id))
                 FOR UPDATE SKIP LOCKED) r
             ORDER BY c.ord LIMIT p_limit - cardinality(ids)
         ) p;
-        UPDATE agent_run r SET state = 'leased', epoch = r.epoch + 1,
+        UPDATE agent_run r SET state = 'leased', epoch = r.epoch + 1, head = true,
             leased_until = now_ + r.lease, holder = p_holder, claimed_at = now_, parked = false
         WHERE r.id = ANY (more);
         ids := ids || more;
