@@ -112,7 +112,9 @@ GROUP BY date_trunc('minute', f.recorded_at)
 """)
 
 # The claims of the window still visible on their runs, and the queue wait of those that are
-# leased or ended (a requeue moves due_at); a band row has no minute, a minute row no band.
+# leased or ended (a requeue moves due_at); a band row has no minute, a minute row no band. The
+# requeued ones are found from the window's failures, each run by its key (a lateral lookup: on
+# its generic plan a semi-join read every queued run's page, 121 ms at 1,000,000 runs).
 OVERVIEW_CLAIMS = statement("""
 WITH claimed AS MATERIALIZED (
     SELECT band, claimed_at, due_at, true AS waited FROM agent_run
@@ -121,9 +123,12 @@ WITH claimed AS MATERIALIZED (
     SELECT band, claimed_at, due_at, true AS waited FROM agent_run_all
     WHERE state = 'ended' AND ended_at >= :since AND claimed_at >= :since
     UNION ALL
-    SELECT band, claimed_at, due_at, false AS waited FROM agent_run
-    WHERE state = 'queued' AND claimed_at >= :since
-      AND id IN (SELECT run_id FROM agent_run_failure WHERE recorded_at >= :since)
+    SELECT r.band, r.claimed_at, r.due_at, false AS waited
+    FROM (SELECT DISTINCT f.run_id FROM agent_run_failure f WHERE f.recorded_at >= :since) f
+    CROSS JOIN LATERAL (
+        SELECT q.band, q.claimed_at, q.due_at FROM agent_run q
+        WHERE q.id = f.run_id AND q.state = 'queued' AND q.claimed_at >= :since
+        LIMIT 1) r
 )
 SELECT date_trunc('minute', claimed_at) AS minute, CAST(NULL AS smallint) AS band,
        count(*) AS claims, CAST(NULL AS float8) AS p50, CAST(NULL AS float8) AS p95
