@@ -419,8 +419,7 @@ class RunStore(Protocol):
     async def archive(self, tx: Transaction, limit: int) -> int:
         """Move up to ``limit`` ended runs not moved yet out of the store's hot path, first in
         queue order; answer how many moved. Nothing a reader sees changes: a run reads the same
-        wherever it is (on PostgreSQL, agent_run to agent_run_history: ADRs/0035; in memory, one
-        mapping holds every run, and only the count is kept)."""
+        wherever it is (ADRs/0035)."""
         ...
 
     async def leased_count(self, tx: Transaction, workspace: str) -> int: ...
