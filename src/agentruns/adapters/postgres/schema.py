@@ -58,13 +58,18 @@ agent_workspace = Table(
     CheckConstraint("leased >= 0", name="ck_agent_workspace_leased"),
 )
 
+# The ledger is keyed by workspace first (ADRs/0037): every claim reads it whole, grouped by
+# workspace, and deletes a lane's rows by workspace, through this key. A table that takes and
+# loses some 2.5 rows a run keeps the pages it grew to between vacuums, and a sequential scan
+# read them all, three times a claim.
 agent_workspace_delta = Table(
     "agent_workspace_delta",
     metadata,
-    Column("id", BigInteger, primary_key=True, autoincrement=True),
+    Column("id", BigInteger, nullable=False, autoincrement=True),
     Column("workspace", Text, nullable=False),
     Column("leased", Integer, nullable=False, server_default=text("0")),
     Column("bands", SmallInteger, nullable=False, server_default=text("0")),
+    PrimaryKeyConstraint("workspace", "id"),
 )
 
 # Every kind ever enqueued (the inserting statement's trigger adds it): a worker that knows them

@@ -645,9 +645,9 @@ picked AS (
     SELECT r.id, k.eb AS claim_band, k.load AS claim_load
     FROM (SELECT * FROM ranked ORDER BY eb, load, due_at, seq LIMIT :pool) k
     JOIN agent_run r ON r.id = k.id
-    WHERE r.state = 'queued' AND (r.head OR EXISTS (
-        SELECT 1 FROM agent_subject_head o
-        WHERE o.workspace = r.workspace AND o.subject = r.subject AND o.run_id = r.id))
+    WHERE r.state = 'queued' AND (r.head OR (
+        SELECT o.run_id FROM agent_subject_head o
+        WHERE o.workspace = r.workspace AND o.subject = r.subject) = r.id)
     ORDER BY k.eb, k.load, k.due_at, k.seq
     LIMIT :limit
     FOR UPDATE OF r SKIP LOCKED

@@ -252,13 +252,14 @@ BEGIN
         FROM (
             SELECT r.id, c.eb, c.load, c.ord
             FROM unnest(candidates) WITH ORDINALITY AS c (id, eb, load, ord)
+            -- A promoted head is still one while its subject's row names it: a scalar probe by
+            -- the row's key (as an EXISTS, it was planned as a hash of the whole table).
             CROSS JOIN LATERAL (
                 SELECT r.id FROM agent_run r
                 WHERE r.id = c.id AND r.state = 'queued' AND r.id <> ALL (ids)
-                  AND (r.head OR EXISTS (
-                      SELECT 1 FROM agent_subject_head o
-                      WHERE o.workspace = r.workspace AND o.subject = r.subject
-                        AND o.run_id = r.id))
+                  AND (r.head OR (
+                      SELECT o.run_id FROM agent_subject_head o
+                      WHERE o.workspace = r.workspace AND o.subject = r.subject) = r.id)
                 FOR UPDATE SKIP LOCKED) r
             ORDER BY c.ord LIMIT p_limit - cardinality(ids)
         ) p;

@@ -32,8 +32,12 @@ CREATE INDEX ix_agent_run_offered ON agent_run (workspace, band, due_at, seq)
     WHERE state = 'queued' AND head AND NOT parked;
 CREATE INDEX ix_agent_run_parked ON agent_run (waiting_until) WHERE state = 'queued' AND parked;
 -- The promoted heads in the claim's order (never parked: a wait parks a run given back by its
--- lease, flagged head by its claim).
-CREATE INDEX ix_agent_subject_head_offered ON agent_subject_head (workspace, band, due_at, seq);
+-- lease, flagged head by its claim). Partial on a predicate that always holds, so that only a
+-- read that names a band (which implies it) can use the index: a subject's probe names none, and
+-- can only use the table's key. On a table planned as empty the two indexes cost the same, and
+-- a probe by (workspace, subject) through this one read every name of the workspace (ADRs/0037).
+CREATE INDEX ix_agent_subject_head_offered ON agent_subject_head (workspace, band, due_at, seq)
+    WHERE band IS NOT NULL;
 CREATE INDEX ix_agent_run_waiting ON agent_run (workspace, subject, seq)
     WHERE state = 'queued' AND NOT head;
 -- The reaper finds expired leases here (the expiry itself is not indexed: see above).
@@ -190,9 +194,10 @@ CREATE TRIGGER agent_run_inserted AFTER INSERT ON agent_run REFERENCING NEW TABL
 -- plan for the session. A plan made for an empty table read it whole for each subject once it held
 -- thousands of rows: an end of 256 runs took 50 ms in its promotion instead of 5. So every read of
 -- it is its key's probe with the subject as a parameter (a LATERAL with a LIMIT, or a scalar
--- subquery, which the planner cannot turn into a join), rows are deleted by their ctid, and the
--- functions run with sequential scans off (and so with JIT off: before PostgreSQL 18 a disabled
--- node's cost is past any jit_above_cost).
+-- subquery, which the planner cannot turn into a join or, as it does an EXISTS, into a hash of
+-- the whole table), its key is the only index such a probe can use (ix_agent_subject_head_offered
+-- above), rows are deleted by their ctid, and the functions run with sequential scans off (and so
+-- with JIT off: before PostgreSQL 18 a disabled node's cost is past any jit_above_cost).
 
 -- Once per updating statement, set-based, without pairing the transition tables' rows (a join
 -- of the two is a nested loop, quadratic in the rows one statement moves): a workspace's leased
