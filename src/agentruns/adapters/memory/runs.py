@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import heapq
 import itertools
 from collections import Counter
 from collections.abc import Mapping, Sequence
@@ -487,14 +488,15 @@ class MemoryRunStore(RunStore):
 
     async def archive(self, tx: Transaction, limit: int) -> int:
         self._database.check(tx)
-        moved = sorted(
+        moved = heapq.nsmallest(
+            limit,
             (
                 run
                 for run in self.rows.values()
                 if run.state is AgentRunState.ENDED and self._archived.get(run.id) is None
             ),
             key=lambda run: run.seq,
-        )[:limit]
+        )
         for run in moved:
             self._archived.put(tx, run.id, True)
         return len(moved)
