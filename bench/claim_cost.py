@@ -25,7 +25,7 @@ REPEAT = 15
 
 
 def _to_psycopg(statement: str) -> str:
-    for name in ("now", "holder", "limit", "pool", "aging", "kinds"):
+    for name in ("now", "holder", "limit", "pool", "aging", "kinds", "alone"):
         statement = statement.replace(f":{name}", f"%({name})s")
     return statement
 
@@ -39,6 +39,7 @@ def measure(url: str, queued: int, limit: int) -> tuple[float, int, float]:
         "pool": limit + 8,
         "aging": "10 minutes",
         "kinds": None,
+        "alone": True,
     }
     times: list[float] = []
     buffers: list[int] = []

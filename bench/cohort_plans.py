@@ -131,7 +131,8 @@ async def main_async(cohort: int, plans: bool) -> None:
 
 def _agentruns(conn: psycopg.Connection[dict[str, Any]], cohort: int, plans: bool) -> None:
     claim, claim_values = bound(
-        sql.CLAIM, {"now": None, "aging": "10 minutes", "holder": "plans", "limit": cohort}
+        sql.CLAIM,
+        {"now": None, "aging": "10 minutes", "holder": "plans", "limit": cohort, "alone": True},
     )
     # Warm the claim's plans and the ledger: a cohort taken and ended untimed first.
     for _ in range(2):

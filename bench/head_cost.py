@@ -82,7 +82,8 @@ def _timed(
 def drain(url: str, cohort: int) -> Cost:
     cost = Cost()
     claim, claim_values = bound(
-        sql.CLAIM, {"now": None, "aging": "10 minutes", "holder": "cost", "limit": cohort}
+        sql.CLAIM,
+        {"now": None, "aging": "10 minutes", "holder": "cost", "limit": cohort, "alone": True},
     )
     with psycopg.connect(url, autocommit=True, row_factory=dict_row) as conn:
         conn.execute("SET plan_cache_mode = force_generic_plan")  # as the adapter's pool

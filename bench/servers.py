@@ -33,7 +33,7 @@ from bench.throughput import agentruns_runner
 
 # The functions 0015 set jit = off on, and the settings they keep without it.
 _JIT_AS_BEFORE = """
-ALTER FUNCTION agent_claim(timestamptz, interval, text, integer) RESET jit;
+ALTER FUNCTION agent_claim(timestamptz, interval, text, integer, boolean) RESET jit;
 ALTER FUNCTION guard_agent_run_event_insert() RESET jit;
 ALTER FUNCTION agent_lane_fold() RESET jit;
 ALTER FUNCTION agent_run_inserted() RESET jit;

@@ -44,7 +44,7 @@ async def _explain(
 
 def _claim(limit: int) -> dict[str, Any]:
     return {
-        "now": None, "holder": "explain", "limit": limit, "pool": limit + 8,
+        "now": None, "holder": "explain", "limit": limit, "pool": limit + 8, "alone": True,
         "aging": timedelta(minutes=10), "kinds": None,
     }  # fmt: skip
 

@@ -44,7 +44,7 @@ async def _claimer(url: str, batch: int, holder: str) -> int:
                 CLAIM,
                 {
                     "now": None, "holder": holder, "limit": batch, "pool": batch + 8,
-                    "aging": timedelta(minutes=10), "kinds": None,
+                    "aging": timedelta(minutes=10), "kinds": None, "alone": True,
                 },
                 prepare=True,
             )  # fmt: skip

@@ -93,7 +93,7 @@ BUFFER_BOUND = {1: 300, 10: 800}
 async def test_a_claim_touches_a_bounded_number_of_buffers_at_a_thousand_workspaces(
     populated: str, limit: int
 ) -> None:
-    params = {"now": None, "holder": "w", "limit": limit, "aging": "10 minutes"}
+    params = {"now": None, "holder": "w", "limit": limit, "aging": "10 minutes", "alone": True}
     touched = await _buffers(populated, statements.CLAIM.text, params)
     assert touched <= BUFFER_BOUND[limit], touched
 
@@ -176,7 +176,7 @@ async def test_a_claim_walks_the_lanes_in_order_whatever_the_statistics(
             "INSERT INTO agent_workspace_delta (workspace, bands) SELECT id, 7 FROM agent_workspace"
         )
         raw.execute("SELECT agent_lane_fold()")
-    params = {"now": None, "holder": "w", "limit": 1, "aging": "10 minutes"}
+    params = {"now": None, "holder": "w", "limit": 1, "aging": "10 minutes", "alone": True}
     touched = await _buffers(postgres_url, statements.CLAIM.text, params)
     # Measured: 220 buffers walked in index order; 367 with the lane walk as a bitmap scan of
     # every lane and a sort (and that grows with the lanes: ~300 per band at 10,000).
@@ -288,7 +288,10 @@ async def _cost(url: str, statement: str, params: dict[str, object]) -> tuple[fl
 
 
 HOT = {
-    "claim": (statements.CLAIM, {"now": None, "holder": "w", "limit": 64, "aging": "10 minutes"}),
+    "claim": (
+        statements.CLAIM,
+        {"now": None, "holder": "w", "limit": 64, "aging": "10 minutes", "alone": True},
+    ),
     "claim of some kinds": (
         statements.CLAIM_KINDS,
         {
@@ -302,7 +305,14 @@ HOT = {
     ),
     "claim of the kinds a worker knows": (
         statements.CLAIM_IF_KNOWN,
-        {"now": None, "holder": "w", "limit": 64, "aging": "10 minutes", "kinds": ["review"]},
+        {
+            "now": None,
+            "holder": "w",
+            "limit": 64,
+            "aging": "10 minutes",
+            "kinds": ["review"],
+            "alone": True,
+        },
     ),
     "expired leases": (statements.EXPIRED, {"now": None, "limit": 500, "kinds": None}),
     "purge": (statements.PURGE, {"ended_before": "2999-01-01T00:00:00+00:00", "limit": 1000}),

@@ -42,8 +42,8 @@ def test_the_comparison_names_what_a_file_forgot_and_what_a_revision_forgot(
     shutil.copytree(DDL, folder)
     claim = folder / "claim.sql"
     text = claim.read_text()
-    assert text.count("pool integer := p_limit + 8;") == 1
-    claim.write_text(text.replace("pool integer := p_limit + 8;", "pool integer := p_limit;"))
+    assert text.count("pool integer := p_limit + margin;") == 1
+    claim.write_text(text.replace("pool integer := p_limit + margin;", "pool integer := p_limit;"))
     lanes = folder / "lanes.sql"
     trigger = (
         "CREATE TRIGGER agent_run_requeued AFTER UPDATE ON agent_run\n"
@@ -60,11 +60,11 @@ def test_the_comparison_names_what_a_file_forgot_and_what_a_revision_forgot(
         found = differences(catalogue(url), catalogue(empty_url))
     named = [line.split(":", 1)[0] for line in found]
     assert named == [
-        "function agent_claim(timestamp with time zone,interval,text,integer)",
+        "function agent_claim(timestamp with time zone,interval,text,integer,boolean)",
         "index ix_agent_run_kind",
         "trigger agent_run.agent_run_requeued",
     ]
-    assert "pool integer := p_limit + 8;" in found[0]
+    assert "pool integer := p_limit + margin;" in found[0]
     assert "made by the migrations, in no file of ddl/" in found[1]
 
 

@@ -72,7 +72,7 @@ def test_a_worker_in_a_schema_gets_qualified_grants_defaults_and_the_role_search
     assert 'GRANT USAGE ON SEQUENCE "agentruns".agent_run_seq TO "ar_worker"' in sql
     assert (
         'GRANT EXECUTE ON FUNCTION "agentruns".agent_claim(timestamp with time zone, interval, '
-        'text, integer) TO "ar_worker"' in sql
+        'text, integer, boolean) TO "ar_worker"' in sql
     )
     assert (
         'ALTER DEFAULT PRIVILEGES IN SCHEMA "agentruns" GRANT SELECT, INSERT, UPDATE, DELETE '

@@ -128,6 +128,12 @@ class PostgresTransaction(Transaction):
         """The transaction's statement_timeout in seconds (SET LOCAL), or None."""
 
     @property
+    def autocommitted(self) -> bool:
+        """Whether this is an autocommitted statement scope: each statement its own
+        transaction, its locks held only while it runs."""
+        return self._connection is None
+
+    @property
     def connection(self) -> AsyncConnection:
         if self._connection is None:
             raise TypeError("an autocommitted statement of agentruns has no SQLAlchemy connection")

@@ -187,7 +187,7 @@ OBJECTS: tuple[Privileges, ...] = (
     ),
     Privileges(
         "FUNCTION",
-        "agent_claim(timestamp with time zone, interval, text, integer)",
+        "agent_claim(timestamp with time zone, interval, text, integer, boolean)",
         ("EXECUTE",),
         (),
         "the claim",

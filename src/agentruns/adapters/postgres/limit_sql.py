@@ -145,7 +145,7 @@ f AS MATERIALIZED (
 SELECT f.empty_names, f.empty_waits, f.foreign_kinds, c.*
 FROM f LEFT JOIN LATERAL agent_claim(
     CAST(:now AS timestamptz), CAST(:aging AS interval), :holder,
-    CASE WHEN f.foreign_kinds THEN 0 ELSE CAST(:limit AS integer) END
+    CASE WHEN f.foreign_kinds THEN 0 ELSE CAST(:limit AS integer) END, CAST(:alone AS boolean)
 ) c ON true
 """)
 

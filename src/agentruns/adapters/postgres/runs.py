@@ -17,7 +17,12 @@ from uuid import UUID
 from sqlalchemy import TextClause
 
 from agentruns.adapters.postgres import limit_sql, sql
-from agentruns.adapters.postgres.database import PostgresDatabase, Row, fetch
+from agentruns.adapters.postgres.database import (
+    PostgresDatabase,
+    PostgresTransaction,
+    Row,
+    fetch,
+)
 from agentruns.app.ports import (
     ClaimRequest,
     EndWrite,
@@ -143,6 +148,11 @@ def failure_from_row(row: Row) -> FailureRecord:
 
 def _kinds(kinds: Sequence[str] | None) -> list[str] | None:
     return None if kinds is None else list(kinds)
+
+
+def _alone(tx: Tx) -> bool:
+    """Whether a claim in ``tx`` is its own transaction, and so takes its turn (ADRs/0038)."""
+    return isinstance(tx, PostgresTransaction) and tx.autocommitted
 
 
 def _claim_key(row: Row) -> tuple[int, int, datetime, int]:
@@ -313,7 +323,7 @@ class PostgresRunStore(RunStore):
     async def claim(self, tx: Tx, request: ClaimRequest) -> list[AgentRun]:
         if request.limit <= 0:
             return []
-        params = self._params(holder=request.holder, aging=request.band_aging)
+        params = self._params(holder=request.holder, aging=request.band_aging, alone=_alone(tx))
         if request.subject is not None:
             workspace, subject = request.subject
             rows = await fetch(
@@ -346,7 +356,7 @@ class PostgresRunStore(RunStore):
         if request.limit <= 0:
             return [], {}
         params = {
-            **self._params(holder=request.holder, aging=request.band_aging),
+            **self._params(holder=request.holder, aging=request.band_aging, alone=_alone(tx)),
             "kinds": list(request.kinds),
             "limit": request.limit,
         }

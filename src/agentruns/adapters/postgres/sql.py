@@ -569,9 +569,12 @@ def _effective_band(band: str, due_at: str) -> str:
 # The claim (ADRs/0017) is the function ``agent_claim`` (ddl/claim.sql): it folds the lanes'
 # ledger, ranks the heads of the first :limit lanes in claim order, leases the first
 # :limit it can lock (SKIP LOCKED) and moves their lanes on. It reads about :limit lanes and a
-# few heads per lane, whatever the number of workspaces, queued, leased or ended runs.
+# few heads per lane, whatever the number of workspaces, queued, leased or ended runs. :alone
+# says the claim is its own transaction: then it waits for another such claim under way
+# (ADRs/0038).
 CLAIM = statement("""
-SELECT * FROM agent_claim(CAST(:now AS timestamptz), CAST(:aging AS interval), :holder, :limit)
+SELECT * FROM agent_claim(
+    CAST(:now AS timestamptz), CAST(:aging AS interval), :holder, :limit, CAST(:alone AS boolean))
 """)
 
 _CLAIMED = f"""
@@ -598,7 +601,7 @@ FROM (SELECT EXISTS (
       ) AS foreign_kinds) f
 LEFT JOIN LATERAL agent_claim(
     CAST(:now AS timestamptz), CAST(:aging AS interval), :holder,
-    CASE WHEN f.foreign_kinds THEN 0 ELSE CAST(:limit AS integer) END
+    CASE WHEN f.foreign_kinds THEN 0 ELSE CAST(:limit AS integer) END, CAST(:alone AS boolean)
 ) c ON true
 """)
 
