@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 from collections.abc import Iterable
 
@@ -76,3 +77,25 @@ def write_runs(
 
 
 _WRITE_ORDER = {AgentRunState.ENDED: 0, AgentRunState.LEASED: 1, AgentRunState.QUEUED: 2}
+
+
+async def some_session_waits_on_a_lock(
+    url: str, event: str | None = None, *, seconds: float = 30.0
+) -> None:
+    """Return once another session waits on a lock (of the ``event`` kind, such as
+    ``advisory``, when given): the interleaving is certain, not timed. Fails the test if none
+    does within ``seconds``."""
+    give_up = asyncio.get_running_loop().time() + seconds
+    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as watcher:
+        while True:
+            assert asyncio.get_running_loop().time() < give_up, "no session waited on a lock"
+            cursor = await watcher.execute(
+                "SELECT count(*) FROM pg_stat_activity "
+                "WHERE wait_event_type = 'Lock' AND datname = current_database() "
+                "AND (%(event)s::text IS NULL OR wait_event = %(event)s::text)",
+                {"event": event},
+            )
+            row = await cursor.fetchone()
+            if row is not None and row[0] > 0:
+                return
+            await asyncio.sleep(0.002)

@@ -19,7 +19,7 @@ from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
 from examples.review import PostgresReviewJobs, ReviewRunKind, ReviewStatus
 from tests.contract.kinds import policy, scripted_steps
-from tests.postgres.test_races import some_session_waits_on_a_lock
+from tests.postgres.helpers import some_session_waits_on_a_lock
 
 
 class PausingReviews(ReviewRunKind):

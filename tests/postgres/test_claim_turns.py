@@ -6,9 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import random
-import time
-from collections.abc import AsyncIterator, Callable
-from concurrent.futures import ThreadPoolExecutor
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
 
 import psycopg
@@ -21,6 +19,7 @@ from agentruns.app.ports import ClaimRequest
 from agentruns.app.runs import AgentRuns
 from agentruns.domain.kinds import RunKindPolicy
 from agentruns.domain.run import AgentRun
+from tests.postgres.helpers import some_session_waits_on_a_lock
 
 NOW = datetime(2026, 12, 3, 12, 0, tzinfo=UTC)
 
@@ -47,67 +46,57 @@ def _queue(url: str) -> None:
         connection.execute(QUEUE, {"now": NOW})
 
 
-def _claim(connection: psycopg.Connection, holder: str, limit: int, alone: bool) -> set[str]:
-    rows = connection.execute(CLAIM, (NOW, holder, limit, alone)).fetchall()
-    return {str(row[0]) for row in rows}
+async def _claim(
+    connection: psycopg.AsyncConnection, holder: str, limit: int, alone: bool
+) -> set[str]:
+    cursor = await connection.execute(CLAIM, (NOW, holder, limit, alone))
+    return {str(row[0]) for row in await cursor.fetchall()}
 
 
-def _waiting_on_advisory_lock(watch: psycopg.Connection, pid: int) -> bool:
-    row = watch.execute(
-        "SELECT wait_event_type, wait_event FROM pg_stat_activity WHERE pid = %s", (pid,)
-    ).fetchone()
-    return row == ("Lock", "advisory")
+async def _connect(url: str, *, autocommit: bool = False) -> psycopg.AsyncConnection:
+    return await psycopg.AsyncConnection.connect(url, autocommit=autocommit)
 
 
-def _until(condition: Callable[[], bool], seconds: float = 20.0) -> None:
-    deadline = time.monotonic() + seconds
-    while not condition():
-        assert time.monotonic() < deadline, "the condition never held"
-        time.sleep(0.01)
-
-
-def test_a_claim_that_is_its_own_transaction_waits_for_the_one_under_way(
+async def test_a_claim_that_is_its_own_transaction_waits_for_the_one_under_way(
     postgres_url: str,
 ) -> None:
     _queue(postgres_url)
-    with psycopg.connect(postgres_url) as reference:
+    async with await _connect(postgres_url) as reference:
         # What one claim of 40 would take, rolled back: the two turns must take exactly that.
-        expected = _claim(reference, "reference", 40, True)
-        reference.rollback()
-    with (
-        psycopg.connect(postgres_url) as first,
-        psycopg.connect(postgres_url, autocommit=True) as second,
-        psycopg.connect(postgres_url, autocommit=True) as watch,
-        ThreadPoolExecutor(1) as pool,
+        expected = await _claim(reference, "reference", 40, True)
+        await reference.rollback()
+    async with (
+        await _connect(postgres_url) as first,
+        await _connect(postgres_url, autocommit=True) as second,
     ):
-        taken = _claim(first, "first", 20, True)  # its transaction, and its turn, still open
-        later = pool.submit(_claim, second, "second", 20, True)
-        _until(lambda: _waiting_on_advisory_lock(watch, second.info.backend_pid))
+        taken = await _claim(first, "first", 20, True)  # its transaction, and its turn, open
+        later = asyncio.create_task(_claim(second, "second", 20, True))
+        await some_session_waits_on_a_lock(postgres_url, "advisory")
         assert not later.done()
-        first.commit()
-        then = later.result(timeout=30)
+        await first.commit()
+        then = await asyncio.wait_for(later, 30)
     assert len(taken) == len(then) == 20
     assert taken.isdisjoint(then)
     assert taken | then == expected
 
 
-def test_a_claim_inside_a_longer_transaction_or_within_the_margin_does_not_wait(
+async def test_a_claim_inside_a_longer_transaction_or_within_the_margin_does_not_wait(
     postgres_url: str,
 ) -> None:
     _queue(postgres_url)
-    with (
-        psycopg.connect(postgres_url) as first,
-        psycopg.connect(postgres_url) as inside,
-        psycopg.connect(postgres_url) as small,
+    async with (
+        await _connect(postgres_url) as first,
+        await _connect(postgres_url) as inside,
+        await _connect(postgres_url) as small,
     ):
-        taken = _claim(first, "first", 20, True)
+        taken = await _claim(first, "first", 20, True)
         # A wait for the turn would fail here: neither claim may take it.
-        inside.execute("SET LOCAL lock_timeout = '1s'")
-        beside = _claim(inside, "inside", 20, False)
-        small.execute("SET LOCAL lock_timeout = '1s'")
-        few = _claim(small, "small", 8, True)
+        await inside.execute("SET LOCAL lock_timeout = '1s'")
+        beside = await _claim(inside, "inside", 20, False)
+        await small.execute("SET LOCAL lock_timeout = '1s'")
+        few = await _claim(small, "small", 8, True)
         for connection in (small, inside, first):
-            connection.commit()
+            await connection.commit()
     assert (len(taken), len(beside), len(few)) == (20, 20, 8)
     assert len(taken | beside | few) == 48
 
@@ -122,28 +111,16 @@ async def test_a_workers_claim_takes_its_turn_and_a_claim_in_a_transaction_does_
     stores = make_postgres_stores(postgres_url, None)
     runs = AgentRuns(stores, kinds, random.Random(0))
     try:
-        with (
-            psycopg.connect(postgres_url) as first,
-            psycopg.connect(postgres_url, autocommit=True) as watch,
-        ):
-            taken = _claim(first, "first", 20, True)
+        async with await _connect(postgres_url) as first:
+            taken = await _claim(first, "first", 20, True)
             async with stores.scope.transaction() as tx:
                 assert isinstance(tx, PostgresTransaction)
                 await tx.connection.execute(text("SET LOCAL lock_timeout = '1s'"))
                 inside = await stores.runs.claim(tx, ClaimRequest(holder="inside", limit=20))
             worker = asyncio.create_task(runs.claim("worker", limit=20, kinds=["turns"]))
-            await asyncio.to_thread(
-                _until,
-                lambda: (
-                    watch.execute(
-                        "SELECT count(*) FROM pg_stat_activity"
-                        " WHERE wait_event_type = 'Lock' AND wait_event = 'advisory'"
-                    ).fetchone()
-                    == (1,)
-                ),
-            )
+            await some_session_waits_on_a_lock(postgres_url, "advisory")
             assert not worker.done()
-            first.commit()
+            await first.commit()
             claimed = await asyncio.wait_for(worker, 30)
     finally:
         await close_postgres_stores(stores)

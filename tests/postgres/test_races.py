@@ -20,6 +20,7 @@ from agentruns.domain.errors import LeaseLost
 from agentruns.domain.run import AgentRun
 from agentruns.domain.states import AgentRunState
 from agentruns.domain.termination import TerminationReason
+from tests.postgres.helpers import some_session_waits_on_a_lock
 
 START = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 LEASE = timedelta(seconds=30)
@@ -73,20 +74,6 @@ async def claim_one(side: Side, holder: str = "w") -> AgentRun:
     async with side.db.transaction() as tx:
         [run] = await side.runs.claim(tx, ClaimRequest(holder=holder))
     return run
-
-
-async def some_session_waits_on_a_lock(url: str) -> None:
-    """Return once another session waits on a lock: the interleaving is certain, not timed."""
-    async with await psycopg.AsyncConnection.connect(url, autocommit=True) as watcher:
-        while True:
-            cursor = await watcher.execute(
-                "SELECT count(*) FROM pg_stat_activity "
-                "WHERE wait_event_type = 'Lock' AND datname = current_database()"
-            )
-            row = await cursor.fetchone()
-            if row is not None and row[0] > 0:
-                return
-            await asyncio.sleep(0.002)
 
 
 async def test_concurrent_claimers_take_every_due_run_exactly_once_one_per_subject(
